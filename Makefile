@@ -1,0 +1,47 @@
+# The two set-up commands of README.md live here: `make demo` and `make test`.
+# Both build their own virtualenv and install what they need on a fresh machine.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# pip takes the CPU build from the machine's local index at this exact version.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test lint typecheck unit crd system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev,local]"
+	touch $@
+
+# Debian packages the tests run for real (Prometheus and promtool).
+system-deps:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing Debian package 'prometheus' (real Prometheus for the tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy core operator sidecar tests bench
+
+unit: $(STAMP) system-deps
+	$(BIN)/python -m pytest
+
+test: lint typecheck unit
+
+crd: $(STAMP)
+	$(BIN)/gpuwise crd > crds/trainingjob.yaml
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,51 @@
+"""How the operator, the sidecar and the training process find each other.
+
+The operator renders pods with these paths, ports and variables; the sidecar and the
+instrumentation library read them. Keeping them in one stdlib-only module means the three
+sides cannot drift apart, and the sidecar and the training process import nothing heavy
+to learn them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+API_GROUP: Final = "gpuwise.io"
+
+# --- the shared emptyDir between the trainer and the sidecar --------------------------------
+RUNTIME_VOLUME: Final = "gpuwise-runtime"
+RUNTIME_DIR: Final = "/var/run/gpuwise"
+# The unix datagram socket the sidecar binds and the training process sends step events to.
+STEP_SOCKET: Final = f"{RUNTIME_DIR}/steps.sock"
+# The sidecar copies the pure-Python instrumentation package here before it reports started,
+# so trainer images need not have gpuwise installed for `instrumentation: Auto`.
+INSTRUMENT_PYTHONPATH: Final = f"{RUNTIME_DIR}/python"
+
+# --- the sidecar container ------------------------------------------------------------------
+SIDECAR_CONTAINER: Final = "gpuwise-sidecar"
+METRICS_PORT: Final = 9400  # dcgm-exporter's port, so existing scrape configs keep working
+METRICS_PORT_NAME: Final = "gpuwise-metrics"
+HEALTH_PATH: Final = "/healthz"
+
+# --- environment variables ------------------------------------------------------------------
+# Set on the sidecar from the downward API; they become the pod/job labels of every series.
+ENV_POD_NAME: Final = "GPUWISE_POD_NAME"
+ENV_POD_NAMESPACE: Final = "GPUWISE_POD_NAMESPACE"
+ENV_NODE_NAME: Final = "GPUWISE_NODE_NAME"
+ENV_TRAININGJOB: Final = "GPUWISE_TRAININGJOB"
+ENV_WORKER_INDEX: Final = "GPUWISE_WORKER_INDEX"
+ENV_SAMPLE_INTERVAL: Final = "GPUWISE_SAMPLE_INTERVAL_SECONDS"
+# Set on the trainer: where to send step events, and whether sitecustomize instruments torch.
+ENV_SOCKET: Final = "GPUWISE_SOCKET"
+ENV_INSTRUMENT: Final = "GPUWISE_INSTRUMENT"  # "auto" | "manual" | "disabled"
+
+# --- labels and annotations -----------------------------------------------------------------
+LABEL_TRAININGJOB: Final = f"{API_GROUP}/trainingjob"
+LABEL_INJECT: Final = f"{API_GROUP}/inject"  # "true" on any pod asks the webhook for the sidecar
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+ANNOTATION_INJECTED: Final = f"{API_GROUP}/sidecar-injected"
+ANNOTATION_DO_NOT_DISRUPT: Final = f"{API_GROUP}/do-not-disrupt"
+JOB_COMPLETION_INDEX_ANNOTATION: Final = "batch.kubernetes.io/job-completion-index"
+
+# --- torchrun rendezvous --------------------------------------------------------------------
+MASTER_PORT: Final = 29500
