@@ -1,0 +1,294 @@
+"""The TrainingJob resource (`gpuwise.io/v1alpha1`): what users write and what gpuwise reports.
+
+Spec is the user's desired state and is never written by gpuwise; status is what gpuwise
+observed and decided. The field names are a public contract: they follow Kubeflow's
+TrainJob/PyTorchJob where a concept exists there (`numNodes`, `numProcPerNode`, `runPolicy`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from gpuwise.api.base import (
+    LIST_SET,
+    REASON_PATTERN,
+    ApiModel,
+    Duration,
+    EnvVarName,
+    Quantity,
+    cel,
+    list_map,
+)
+from gpuwise.api.core import (
+    EnvFromSource,
+    EnvList,
+    FreeForm,
+    MountList,
+    NamedReference,
+    PullPolicy,
+    ResourceRequirements,
+    Toleration,
+    VolumeList,
+)
+from gpuwise.wiring import API_GROUP
+
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{API_GROUP}/{VERSION}"
+KIND: Final = "TrainingJob"
+PLURAL: Final = "trainingjobs"
+SINGULAR: Final = "trainingjob"
+SHORT_NAMES: Final = ("tj",)
+
+_IMMUTABLE = "is immutable once the job runs: delete and re-create the TrainingJob to change it"
+
+
+# --- spec -----------------------------------------------------------------------------------
+
+
+class Trainer(ApiModel):
+    """The training container, run once per node by torchrun-compatible environment."""
+
+    image: str = Field(min_length=1, description="Container image of the training code.")
+    image_pull_policy: PullPolicy | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: EnvList = Field(default_factory=list)
+    env_from: list[EnvFromSource] = Field(default_factory=list)
+    working_dir: str | None = None
+    volume_mounts: MountList = Field(default_factory=list)
+    num_nodes: int = Field(default=1, ge=1, description="Pods in the job, one per node.")
+    num_proc_per_node: int = Field(default=1, ge=1, description="Processes torchrun starts per pod.")
+    resources_per_node: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="Requests and limits of each pod's trainer, e.g. nvidia.com/gpu: 8.",
+    )
+    shm_size: Quantity | None = Field(
+        default=None,
+        description="Size of a memory-backed /dev/shm; DataLoader workers need more than the default.",
+    )
+
+
+class PodSettings(ApiModel):
+    """Pod-level settings passed to every worker pod."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    service_account_name: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    affinity: FreeForm | None = None
+    volumes: VolumeList = Field(default_factory=list)
+    image_pull_secrets: list[NamedReference] = Field(default_factory=list)
+    priority_class_name: str | None = None
+    scheduler_name: str | None = None
+    runtime_class_name: str | None = None
+
+
+class RunPolicy(ApiModel):
+    backoff_limit: int | None = Field(default=None, ge=0, description="Pod failures before the job fails.")
+    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    suspend: bool = Field(default=False, description="Stop the pods (and start them again when false).")
+
+
+class Checkpoint(ApiModel):
+    """How gpuwise asks the job to checkpoint before it restarts it. Jobs without it are never restarted."""
+
+    enabled: bool = False
+    timeout_seconds: int = Field(default=300, ge=1)
+
+
+class EfficiencyMode(StrEnum):
+    OBSERVE = "Observe"  # metrics only
+    RECOMMEND = "Recommend"  # findings and recommendations in status
+    ENFORCE = "Enforce"  # recommendations applied within guardrails
+
+
+class ActionKind(StrEnum):
+    ADJUST_CONFIG = "AdjustConfig"
+    MIG_REPARTITION = "MigRepartition"
+    RESCHEDULE = "Reschedule"
+    PACK = "Pack"
+
+
+class Thresholds(ApiModel):
+    gpu_utilization: float = Field(
+        default=50.0, ge=0, le=100, description="Below this GPU utilization (%) a job is underutilizing."
+    )
+
+
+class IntTunable(ApiModel):
+    """A whole-number knob the job reads from an environment variable, with the bounds gpuwise keeps to."""
+
+    env: EnvVarName
+    min: int = Field(default=1, ge=0)
+    max: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> IntTunable:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+    model_config = ConfigDict(json_schema_extra=cel("self.min <= self.max", "min must not exceed max"))
+
+
+class SwitchTunable(ApiModel):
+    """An on/off knob the job reads from an environment variable ("1" or "0")."""
+
+    env: EnvVarName
+
+
+class Tunables(ApiModel):
+    """Which environment variables the job honours, so gpuwise can change them safely."""
+
+    batch_size: IntTunable | None = None
+    data_loader_workers: IntTunable | None = None
+    gradient_accumulation_steps: IntTunable | None = None
+    pin_memory: SwitchTunable | None = None
+    amp: SwitchTunable | None = None
+    keep_global_batch_size: bool = Field(
+        default=False,
+        description="When changing batch size, change gradient accumulation to keep the global batch.",
+    )
+
+
+class Efficiency(ApiModel):
+    mode: EfficiencyMode = EfficiencyMode.RECOMMEND
+    window: Duration = Field(default="15m", description="How long a condition must hold to count.")
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    actions: Annotated[list[ActionKind], Field(json_schema_extra=LIST_SET)] = Field(
+        default_factory=list, description="Actions gpuwise may take in Enforce mode."
+    )
+    tunables: Tunables = Field(default_factory=Tunables)
+
+    @model_validator(mode="after")
+    def _unique_actions(self) -> Efficiency:
+        if len(set(self.actions)) != len(self.actions):
+            raise ValueError("actions must not repeat")
+        return self
+
+
+class Instrumentation(StrEnum):
+    # No "On"/"Off": YAML 1.1 reads those as booleans.
+    AUTO = "Auto"
+    MANUAL = "Manual"
+    DISABLED = "Disabled"
+
+
+class Telemetry(ApiModel):
+    instrumentation: Instrumentation = Instrumentation.AUTO
+    sample_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
+
+
+class TrainingJobSpec(ApiModel):
+    trainer: Trainer = Field(json_schema_extra=cel("self == oldSelf", f"spec.trainer {_IMMUTABLE}"))
+    pod: PodSettings = Field(
+        default_factory=PodSettings, json_schema_extra=cel("self == oldSelf", f"spec.pod {_IMMUTABLE}")
+    )
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    efficiency: Efficiency = Field(default_factory=Efficiency)
+    telemetry: Telemetry = Field(
+        default_factory=Telemetry, json_schema_extra=cel("self == oldSelf", f"spec.telemetry {_IMMUTABLE}")
+    )
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+
+
+class Condition(ApiModel):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    type: str = Field(min_length=1, max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(pattern=REASON_PATTERN, max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: datetime
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class WorkerStatus(ApiModel):
+    index: int = Field(ge=0)
+    pod: str
+    node: str | None = None
+    phase: str
+    restarts: int = Field(default=0, ge=0)
+
+
+class EfficiencySummary(ApiModel):
+    gpu_utilization: float | None = Field(default=None, ge=0, le=100)
+    sm_activity: float | None = Field(default=None, ge=0, le=1)
+    data_wait_fraction: float | None = Field(default=None, ge=0, le=1)
+    memory_headroom_fraction: float | None = Field(default=None, ge=0, le=1)
+    top_finding: str | None = None
+    updated_at: datetime | None = None
+
+
+class Finding(ApiModel):
+    kind: str = Field(pattern=REASON_PATTERN)
+    confidence: float = Field(ge=0, le=1)
+    since: datetime
+    message: str
+    worker: int | None = Field(default=None, ge=0)
+    evidence: dict[str, str] = Field(default_factory=dict)
+
+
+class Recommendation(ApiModel):
+    action: ActionKind
+    finding: str = Field(pattern=REASON_PATTERN)
+    message: str
+    changes: dict[str, str] = Field(default_factory=dict)
+    expected_effect: str | None = None
+
+
+class ActionRecord(ApiModel):
+    id: str
+    action: ActionKind
+    state: str = Field(pattern=REASON_PATTERN)
+    reason: str = Field(pattern=REASON_PATTERN)
+    message: str = ""
+    started_at: datetime
+    updated_at: datetime
+    details: dict[str, str] = Field(default_factory=dict)
+
+
+class TrainingJobStatus(ApiModel):
+    phase: Phase = Phase.PENDING
+    observed_generation: int | None = Field(default=None, ge=0)
+    conditions: Annotated[list[Condition], Field(json_schema_extra=list_map("type"))] = Field(
+        default_factory=list
+    )
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    restarts: int = Field(default=0, ge=0)
+    workers: Annotated[list[WorkerStatus], Field(json_schema_extra=list_map("index"))] = Field(
+        default_factory=list
+    )
+    efficiency: EfficiencySummary | None = None
+    findings: list[Finding] = Field(default_factory=list)
+    recommendations: list[Recommendation] = Field(default_factory=list)
+    actions: list[ActionRecord] = Field(default_factory=list)
+
+
+class TrainingJob(ApiModel):
+    """A whole TrainingJob as stored by the API server."""
+
+    api_version: Literal["gpuwise.io/v1alpha1"] = "gpuwise.io/v1alpha1"
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: TrainingJobSpec
+    status: TrainingJobStatus | None = None

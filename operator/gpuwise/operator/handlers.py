@@ -1,0 +1,161 @@
+"""Where kopf meets gpuwise: which events wake the reconciler, and the injection webhook.
+
+Three in-memory indexes (TrainingJobs, their Jobs, their pods) are kept current by kopf's
+watches, so a reconcile reads the world from memory and only writes go to the API server. Every
+trigger — the TrainingJob created, changed, resumed after a restart, the periodic resync, any
+event on one of its Jobs or pods — ends in the same `reconcile()`.
+
+Handlers are registered on a registry built per operator run, so settings such as the resync
+interval are plain arguments instead of module-level globals.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+import kopf
+
+from gpuwise import wiring
+from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
+from gpuwise.operator.config import OperatorSettings
+from gpuwise.operator.inject import inject_sidecar
+from gpuwise.operator.reconcile import Context, reconcile
+
+JsonDict = dict[str, Any]
+TRAININGJOBS = (wiring.API_GROUP, VERSION, PLURAL)
+OURS = {wiring.LABEL_TRAININGJOB: kopf.PRESENT}
+ANNOTATION_INSTRUMENTATION = f"{wiring.API_GROUP}/instrumentation"
+
+
+def _first(store: Iterable[JsonDict] | None) -> JsonDict | None:
+    return next(iter(store), None) if store is not None else None
+
+
+def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf.OperatorRegistry:
+    """All handlers; the injection webhook only when a webhook server is configured to serve it."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(id="login", registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # A registry of our own starts empty: log in the way kopf does by default.
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    # --- indexes: the world as the reconciler reads it ----------------------------------------
+
+    @kopf.index(*TRAININGJOBS, id="trainingjobs", registry=registry)
+    def trainingjobs(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, JsonDict]:
+        return {(namespace, name): copy.deepcopy(dict(body))}
+
+    @kopf.index("batch", "v1", "jobs", labels=OURS, id="jobs", registry=registry)
+    def jobs(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, JsonDict]:
+        return {(namespace, labels[wiring.LABEL_TRAININGJOB]): copy.deepcopy(dict(body))}
+
+    @kopf.index("", "v1", "pods", labels=OURS, id="pods", registry=registry)
+    def pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, JsonDict]:
+        return {(namespace, labels[wiring.LABEL_TRAININGJOB]): copy.deepcopy(dict(body))}
+
+    async def run(
+        *,
+        key: tuple[str | None, str],
+        owner: JsonDict | None,
+        jobs: kopf.Index[Any, JsonDict],
+        pods: kopf.Index[Any, JsonDict],
+        memo: kopf.Memo,
+        logger: kopf.Logger,
+    ) -> None:
+        if owner is None:  # a leftover child of a deleted TrainingJob: the garbage collector's
+            return
+        context: Context = memo["context"]
+        await reconcile(owner, _first(jobs.get(key)), list(pods.get(key, [])), context, logger)
+
+    # --- triggers -----------------------------------------------------------------------------
+    # (kopf's handler protocols cannot know our index keyword arguments: hence the ignores.)
+
+    @kopf.on.resume(*TRAININGJOBS, id="reconcile", registry=registry)
+    @kopf.on.create(*TRAININGJOBS, id="reconcile", registry=registry)
+    @kopf.on.update(*TRAININGJOBS, field="spec", id="reconcile", registry=registry)
+    @kopf.timer(  # type: ignore[arg-type]
+        *TRAININGJOBS,
+        interval=settings.resync_seconds,
+        initial_delay=settings.resync_seconds,
+        id="resync",
+        registry=registry,
+    )
+    async def trainingjob_changed(
+        *,
+        namespace: str | None,
+        name: str,
+        body: kopf.Body,
+        jobs: kopf.Index[Any, JsonDict],
+        pods: kopf.Index[Any, JsonDict],
+        memo: kopf.Memo,
+        logger: kopf.Logger,
+        **_: Any,
+    ) -> None:
+        await run(
+            key=(namespace, name),
+            owner=copy.deepcopy(dict(body)),
+            jobs=jobs,
+            pods=pods,
+            memo=memo,
+            logger=logger,
+        )
+
+    @kopf.on.event("batch", "v1", "jobs", labels=OURS, id="job-changed", registry=registry)
+    @kopf.on.event("", "v1", "pods", labels=OURS, id="pod-changed", registry=registry)  # type: ignore[arg-type]
+    async def child_changed(
+        *,
+        namespace: str | None,
+        labels: kopf.Labels,
+        trainingjobs: kopf.Index[Any, JsonDict],
+        jobs: kopf.Index[Any, JsonDict],
+        pods: kopf.Index[Any, JsonDict],
+        memo: kopf.Memo,
+        logger: kopf.Logger,
+        **_: Any,
+    ) -> None:
+        key = (namespace, labels[wiring.LABEL_TRAININGJOB])
+        await run(
+            key=key, owner=_first(trainingjobs.get(key)), jobs=jobs, pods=pods, memo=memo, logger=logger
+        )
+
+    @kopf.on.delete(*TRAININGJOBS, optional=True, id="forget", registry=registry)
+    def trainingjob_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+        # Children go with their owner through ownerReferences; only our own memory is left.
+        context: Context = memo["context"]
+        context.forget(namespace or "", name)
+
+    if webhook:
+        register_webhook(registry, settings)
+    return registry
+
+
+def register_webhook(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+    """The sidecar for pods that are not TrainingJobs (Kubeflow, JobSet, plain Jobs…)."""
+
+    @kopf.on.mutate(
+        "",
+        "v1",
+        "pods",
+        labels={wiring.LABEL_INJECT: "true"},
+        operation="CREATE",
+        id="inject-sidecar",
+        registry=registry,
+    )
+    def inject(body: kopf.Body, annotations: kopf.Annotations, patch: kopf.Patch, **_: Any) -> None:
+        wanted = annotations.get(ANNOTATION_INSTRUMENTATION, Instrumentation.AUTO.value)
+        try:
+            instrumentation = Instrumentation(wanted)
+        except ValueError:
+            choices = ", ".join(i.value for i in Instrumentation)
+            raise kopf.AdmissionError(
+                f"annotation {ANNOTATION_INSTRUMENTATION}={wanted!r} is not one of: {choices}", code=400
+            ) from None
+        spec = inject_sidecar(
+            copy.deepcopy(dict(body["spec"])), settings=settings.sidecar, instrumentation=instrumentation
+        )
+        for key in ("initContainers", "containers", "volumes"):
+            patch.spec[key] = spec[key]
+        patch.metadata.annotations[wiring.ANNOTATION_INJECTED] = "true"

@@ -1,0 +1,131 @@
+"""Put the telemetry sidecar into a pod spec: the one function both injection paths use.
+
+TrainingJobs get it when the operator renders their Job; any other pod labelled
+`gpuwise.io/inject: "true"` gets it from the mutating webhook. Both call `inject_sidecar()`,
+so a pod looks the same whichever way it came.
+
+The sidecar is a *native* sidecar (an init container with `restartPolicy: Always`, Kubernetes
+≥ 1.29): a classic sidecar container would keep a batch Job from ever completing. Its startup
+probe holds the trainer back until the sidecar has bound the step socket and copied the
+instrumentation package into the shared volume, so the trainer never races it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpuwise import wiring
+from gpuwise.api.trainingjob import Instrumentation
+from gpuwise.operator.config import SidecarSettings
+
+JsonDict = dict[str, Any]
+
+
+def _downward(field_path: str) -> JsonDict:
+    return {"fieldRef": {"fieldPath": field_path}}
+
+
+def sidecar_container(settings: SidecarSettings, sample_interval: float, trainingjob: str | None) -> JsonDict:
+    """The native sidecar container exporting NVML and step metrics on :9400."""
+    index_path = f"metadata.annotations['{wiring.JOB_COMPLETION_INDEX_ANNOTATION}']"
+    env: list[JsonDict] = [
+        {"name": wiring.ENV_POD_NAME, "valueFrom": _downward("metadata.name")},
+        {"name": wiring.ENV_POD_NAMESPACE, "valueFrom": _downward("metadata.namespace")},
+        {"name": wiring.ENV_NODE_NAME, "valueFrom": _downward("spec.nodeName")},
+        {"name": wiring.ENV_WORKER_INDEX, "valueFrom": _downward(index_path)},
+        {
+            "name": wiring.ENV_TRAININGJOB,
+            **(
+                {"value": trainingjob}
+                if trainingjob
+                else {"valueFrom": _downward(f"metadata.labels['{wiring.LABEL_TRAININGJOB}']")}
+            ),
+        },
+        # The sidecar requests no GPU, so the device plugin mounts none: this asks the NVIDIA
+        # container runtime for every GPU of the node, read-only through NVML ("utility").
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+    ]
+    probe_period = 1
+    return {
+        "name": wiring.SIDECAR_CONTAINER,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy.value,
+        "restartPolicy": "Always",
+        "args": [
+            "sidecar",
+            "--backend=nvml",
+            f"--port={wiring.METRICS_PORT}",
+            f"--socket={wiring.STEP_SOCKET}",
+            f"--instrument-dir={wiring.INSTRUMENT_PYTHONPATH}",
+            f"--interval={sample_interval:g}",
+        ],
+        "env": env,
+        "ports": [
+            {"name": wiring.METRICS_PORT_NAME, "containerPort": wiring.METRICS_PORT, "protocol": "TCP"}
+        ],
+        "startupProbe": {
+            "httpGet": {"path": wiring.HEALTH_PATH, "port": wiring.METRICS_PORT_NAME},
+            "periodSeconds": probe_period,
+            "failureThreshold": max(1, settings.startup_timeout_seconds // probe_period),
+        },
+        "livenessProbe": {
+            "httpGet": {"path": wiring.HEALTH_PATH, "port": wiring.METRICS_PORT_NAME},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "resources": settings.resources.to_k8s(),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": wiring.RUNTIME_VOLUME, "mountPath": wiring.RUNTIME_DIR}],
+    }
+
+
+def trainer_env(instrumentation: Instrumentation, user_env: list[JsonDict]) -> list[JsonDict]:
+    """What a training container needs to reach the sidecar (and, with Auto, to self-instrument)."""
+    env: list[JsonDict] = [
+        {"name": wiring.ENV_SOCKET, "value": wiring.STEP_SOCKET},
+        {"name": wiring.ENV_INSTRUMENT, "value": instrumentation.value.lower()},
+    ]
+    if instrumentation is not Instrumentation.DISABLED:
+        # Manual users import gpuwise.instrument themselves; it must be importable for them too.
+        user_path = next((e.get("value") for e in user_env if e.get("name") == "PYTHONPATH"), None)
+        path = wiring.INSTRUMENT_PYTHONPATH + (f":{user_path}" if user_path else "")
+        env.append({"name": "PYTHONPATH", "value": path})
+    return env
+
+
+def inject_sidecar(
+    pod_spec: JsonDict,
+    *,
+    settings: SidecarSettings,
+    instrumentation: Instrumentation = Instrumentation.AUTO,
+    sample_interval: float = 1.0,
+    trainingjob: str | None = None,
+) -> JsonDict:
+    """Return a copy of `pod_spec` with the sidecar, the shared volume and the trainer wiring.
+
+    Idempotent: a spec that already has the sidecar is returned unchanged, so a pod that passes
+    the webhook twice (or a rendered TrainingJob pod that is also labelled) gets one sidecar.
+    """
+    spec = copy.deepcopy(pod_spec)
+    init_containers: list[JsonDict] = spec.setdefault("initContainers", [])
+    if any(c.get("name") == wiring.SIDECAR_CONTAINER for c in init_containers):
+        return spec
+    # Native sidecars start in order: put ours first so user init containers can already report.
+    init_containers.insert(0, sidecar_container(settings, sample_interval, trainingjob))
+    spec.setdefault("volumes", []).append({"name": wiring.RUNTIME_VOLUME, "emptyDir": {}})
+    mount = {"name": wiring.RUNTIME_VOLUME, "mountPath": wiring.RUNTIME_DIR}
+    for container in spec.get("containers", []):
+        user_env: list[JsonDict] = container.get("env", [])
+        ours = trainer_env(instrumentation, user_env)
+        ours_names = {e["name"] for e in ours}
+        container["env"] = ours + [e for e in user_env if e.get("name") not in ours_names]
+        container.setdefault("volumeMounts", []).append(dict(mount))
+    return spec

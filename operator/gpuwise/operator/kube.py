@@ -1,0 +1,96 @@
+"""The few Kubernetes API calls the operator makes itself, as coroutines over plain dicts.
+
+kopf watches and patches the object a handler is called for; everything else (creating the Job,
+patching a TrainingJob's status from a pod event) goes through here. It wraps the kubernetes
+client's dynamic client — one code path for every resource kind, dicts in and out — and runs its
+blocking calls in threads so the operator's event loop never waits on the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kubernetes
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
+
+JsonDict = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    """The API server refused a request; `status` and `message` are its own."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def connect() -> kubernetes.client.ApiClient:
+    """A client configured the way kopf logs in: in-cluster first, then the kubeconfig."""
+    try:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    return kubernetes.client.ApiClient()
+
+
+def _message(exc: Exception) -> ApiError:
+    status = int(getattr(exc, "status", 0) or 0)
+    summary = getattr(exc, "summary", None)
+    text = summary() if callable(summary) else str(exc)
+    return ApiError(status, str(text))
+
+
+class Kube:
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self._api_client = api_client
+        self._client: DynamicClient | None = None
+        self._lock = asyncio.Lock()
+
+    async def _resource(self, api_version: str, kind: str) -> Any:
+        async with self._lock:  # discovery runs once, not once per concurrent caller
+            if self._client is None:
+                self._client = await asyncio.to_thread(DynamicClient, self._api_client)
+        return self._client.resources.get(api_version=api_version, kind=kind)
+
+    async def create(self, body: JsonDict) -> JsonDict | None:
+        """Create the object; None if one of that name already exists."""
+        resource = await self._resource(body["apiVersion"], body["kind"])
+        namespace = body["metadata"].get("namespace")
+        try:
+            created = await asyncio.to_thread(resource.create, body=body, namespace=namespace)
+        except ConflictError:
+            return None
+        except Exception as exc:
+            raise _message(exc) from exc
+        result: JsonDict = created.to_dict()
+        return result
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> JsonDict | None:
+        resource = await self._resource(api_version, kind)
+        try:
+            found = await asyncio.to_thread(resource.get, name=name, namespace=namespace)
+        except NotFoundError:
+            return None
+        except Exception as exc:
+            raise _message(exc) from exc
+        result: JsonDict = found.to_dict()
+        return result
+
+    async def patch(
+        self, api_version: str, kind: str, namespace: str, name: str, body: JsonDict, *, status: bool = False
+    ) -> JsonDict:
+        """JSON merge-patch the object, or its status subresource."""
+        resource = await self._resource(api_version, kind)
+        target = resource.status if status else resource
+        try:
+            patched = await asyncio.to_thread(
+                target.patch, name=name, namespace=namespace, body=body, content_type=MERGE_PATCH
+            )
+        except Exception as exc:
+            raise _message(exc) from exc
+        result: JsonDict = patched.to_dict()
+        return result

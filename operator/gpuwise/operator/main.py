@@ -1,0 +1,111 @@
+"""`gpuwise operator`: run the operator against the cluster in the kubeconfig or in-cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import pathlib
+import sys
+from collections.abc import Sequence
+
+import kopf
+
+from gpuwise import wiring
+from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
+from gpuwise.operator.handlers import build_registry
+from gpuwise.operator.kube import Kube, connect
+from gpuwise.operator.reconcile import Context
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="gpuwise operator", description=__doc__)
+    parser.add_argument("--config", type=pathlib.Path, help="operator settings file (YAML)")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch this namespace (repeatable; glob patterns allowed); default: all",
+    )
+    parser.add_argument("--sidecar-image", help="image of the injected telemetry sidecar")
+    parser.add_argument("--resync-seconds", type=float, help="periodic re-check of every TrainingJob")
+    parser.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="coordinate replicas through this KopfPeering; default: run standalone",
+    )
+    parser.add_argument(
+        "--liveness", metavar="URL", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz"
+    )
+    hook = parser.add_argument_group("admission webhook (sidecar injection for labelled pods)")
+    hook.add_argument("--webhook-port", type=int, help="serve the webhook on this port")
+    hook.add_argument("--webhook-host", help="host name the API server uses to reach the webhook")
+    hook.add_argument("--webhook-cert", type=pathlib.Path, help="TLS certificate (default: self-signed)")
+    hook.add_argument("--webhook-key", type=pathlib.Path, help="TLS private key")
+    hook.add_argument("--webhook-insecure", action="store_true", help="plain HTTP: for local tests only")
+    hook.add_argument(
+        "--webhook-managed",
+        action="store_true",
+        help="create and keep the MutatingWebhookConfiguration up to date",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def configure_kopf(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
+    # Progress and the diff base live in our own annotations, never in status: the status schema
+    # is structural, so anything else written there would be pruned and lost.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=wiring.API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=wiring.API_GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{wiring.API_GROUP}/finalizer"
+    settings.posting.level = logging.INFO
+    if args.webhook_port is not None:
+        settings.admission.server = kopf.WebhookServer(
+            port=args.webhook_port,
+            host=args.webhook_host,
+            certfile=str(args.webhook_cert) if args.webhook_cert else None,
+            pkeyfile=str(args.webhook_key) if args.webhook_key else None,
+            insecure=args.webhook_insecure,
+        )
+        if args.webhook_managed:
+            settings.admission.managed = wiring.API_GROUP
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    try:
+        settings: OperatorSettings = load_settings(
+            args.config,
+            {
+                "sidecar": {"image": args.sidecar_image} if args.sidecar_image else None,
+                "resyncSeconds": args.resync_seconds,
+            },
+        )
+    except SettingsError as exc:
+        sys.stderr.write(f"gpuwise operator: {exc}\n")
+        return 2
+    if (args.webhook_cert is None) != (args.webhook_key is None):
+        sys.stderr.write("gpuwise operator: give both --webhook-cert and --webhook-key, or neither\n")
+        return 2
+    namespaces = args.namespaces or settings.namespaces
+    kopf.configure(verbose=args.verbose, log_prefix=True)
+    kopf_settings = kopf.OperatorSettings()
+    configure_kopf(kopf_settings, args)
+    memo = kopf.Memo(context=Context(kube=Kube(connect()), settings=settings))
+    asyncio.run(
+        kopf.operator(
+            registry=build_registry(settings, webhook=args.webhook_port is not None),
+            settings=kopf_settings,
+            memo=memo,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=args.peering is None,
+            peering_name=args.peering,
+            liveness_endpoint=args.liveness,
+        )
+    )
+    return 0

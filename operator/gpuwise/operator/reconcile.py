@@ -1,0 +1,208 @@
+"""Bring one TrainingJob's world in line with its spec, then report what is there.
+
+Level-triggered and idempotent: whatever woke it (the TrainingJob changed, its Job or a pod
+changed, the periodic resync, an operator restart), `reconcile()` looks at the current objects
+and does only what is missing. Names are deterministic and creation treats "already exists" as
+success, so a repeated event or a restarted operator never makes a second Job or Service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import kopf
+from pydantic import ValidationError
+
+from gpuwise.api.trainingjob import KIND, TrainingJobSpec
+from gpuwise.operator import status as observed
+from gpuwise.operator import workload
+from gpuwise.operator.config import OperatorSettings
+from gpuwise.operator.kube import ApiError, Kube
+
+JsonDict = dict[str, Any]
+TERMINAL_PHASES: Final = {"Succeeded", "Failed"}
+
+
+@dataclass
+class Context:
+    """What every reconcile needs, built once at start-up and kept in kopf's memo."""
+
+    kube: Kube
+    settings: OperatorSettings
+    _locks: collections.defaultdict[tuple[str, str], asyncio.Lock] = field(
+        default_factory=lambda: collections.defaultdict(asyncio.Lock)
+    )
+
+    def lock(self, namespace: str, name: str) -> asyncio.Lock:
+        return self._locks[namespace, name]
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._locks.pop((namespace, name), None)
+
+
+# --- checking the spec ----------------------------------------------------------------------
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        path = ".".join(str(part) for part in ("spec", *err["loc"]))
+        problems.append(f"{path}: {err['msg']}")
+    return "; ".join(problems)
+
+
+def parse_spec(body: JsonDict) -> tuple[TrainingJobSpec | None, observed.SpecProblem | None]:
+    """The validated spec, or the problem that names the field and what is wrong with it."""
+    name = body.get("metadata", {}).get("name", "")
+    if len(name) > workload.MAX_NAME_LENGTH or not re.match(workload.NAME_PATTERN, name):
+        message = (
+            f"metadata.name {name!r} must be a DNS label of at most {workload.MAX_NAME_LENGTH} characters "
+            "(lower-case letters, digits and '-', starting with a letter): pods are named after it"
+        )
+        return None, observed.SpecProblem("InvalidSpec", message)
+    try:
+        return TrainingJobSpec.model_validate(body.get("spec") or {}), None
+    except ValidationError as exc:
+        return None, observed.SpecProblem("InvalidSpec", _describe(exc))
+
+
+def changed_paths(old: Any, new: Any, prefix: str) -> list[str]:
+    """Dotted paths where two JSON values differ (lists compared whole)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        paths: list[str] = []
+        for key in sorted(set(old) | set(new)):
+            paths += changed_paths(old.get(key), new.get(key), f"{prefix}.{key}")
+        return paths
+    return [] if old == new else [prefix]
+
+
+def _body(raw: JsonDict) -> kopf.Body:
+    """kopf's view of a plain object, for posting Events about it."""
+    return kopf.Body(cast(kopf.RawBody, raw))
+
+
+def _owned_by(obj: JsonDict, owner: JsonDict) -> bool:
+    uid = owner["metadata"].get("uid")
+    return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
+
+
+def check_running_job(job: JsonDict, owner: JsonDict, spec: TrainingJobSpec) -> observed.SpecProblem | None:
+    """Whether the existing Job is ours and runs the current spec."""
+    if not _owned_by(job, owner):
+        return observed.SpecProblem(
+            "OwnershipConflict",
+            f"a Job named {job['metadata']['name']!r} already exists and does not belong to this "
+            "TrainingJob; rename the TrainingJob or delete that Job",
+        )
+    applied_raw = (job["metadata"].get("annotations") or {}).get(workload.ANNOTATION_APPLIED_SPEC)
+    if applied_raw is None:
+        return None
+    changed = changed_paths(json.loads(applied_raw), workload.immutable_part(spec), "spec")
+    if not changed:
+        return None
+    return observed.SpecProblem(
+        "ImmutableFieldChanged",
+        f"{', '.join(changed)} cannot change while the job exists; the job keeps running the "
+        "previous spec. Revert the change, or delete and re-create the TrainingJob.",
+    )
+
+
+# --- making the objects ---------------------------------------------------------------------
+
+
+async def ensure_workload(
+    owner: JsonDict, spec: TrainingJobSpec, ctx: Context
+) -> tuple[JsonDict | None, observed.SpecProblem | None]:
+    """Create the Service and the Job if missing; return the Job that exists now."""
+    namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+    try:
+        await ctx.kube.create(workload.render_service(owner))
+        created = await ctx.kube.create(workload.render_job(owner, spec, ctx.settings.sidecar))
+        if created is not None:
+            kopf.info(
+                _body(owner),
+                reason="JobCreated",
+                message=f"Created Job {name} and headless Service {name}.",
+            )
+            return created, None
+        existing = await ctx.kube.get("batch/v1", "Job", namespace, name)
+    except ApiError as exc:
+        if exc.status in {400, 403, 422}:  # the server will refuse it again: say why, don't retry
+            return None, observed.SpecProblem("JobRejected", f"the API server refused the Job: {exc.message}")
+        raise kopf.TemporaryError(f"creating the workload failed: {exc}", delay=10) from exc
+    if existing is None:  # deleted between our create and get: the next event creates it again
+        return None, None
+    return existing, check_running_job(existing, owner, spec)
+
+
+async def follow_mutable_fields(job: JsonDict, spec: TrainingJobSpec, ctx: Context) -> None:
+    wanted = workload.mutable_job_fields(spec)
+    current = {key: job.get("spec", {}).get(key) for key in wanted}
+    if current != wanted:
+        meta = job["metadata"]
+        await ctx.kube.patch("batch/v1", "Job", meta["namespace"], meta["name"], {"spec": wanted})
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+async def reconcile(
+    owner: JsonDict, job: JsonDict | None, pods: Sequence[JsonDict], ctx: Context, logger: kopf.Logger
+) -> None:
+    namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+    async with ctx.lock(namespace, name):
+        spec, problem = parse_spec(owner)
+        finished = (owner.get("status") or {}).get("phase") in TERMINAL_PHASES
+        if spec is not None:
+            if job is None and not finished:
+                job, problem = await ensure_workload(owner, spec, ctx)
+            elif job is not None:
+                problem = check_running_job(job, owner, spec)
+                if problem is None and not finished:
+                    await follow_mutable_fields(job, spec, ctx)
+        if job is None and finished:
+            return  # the Job went away after the end (ttlSecondsAfterFinished): keep the final status
+        await publish(owner=owner, job=job, pods=pods, spec=spec, problem=problem, ctx=ctx, logger=logger)
+
+
+async def publish(
+    *,
+    owner: JsonDict,
+    job: JsonDict | None,
+    pods: Sequence[JsonDict],
+    spec: TrainingJobSpec | None,
+    problem: observed.SpecProblem | None,
+    ctx: Context,
+    logger: kopf.Logger,
+) -> None:
+    """Write the observed status if it changed, with an Event for every condition transition."""
+    old: JsonDict = owner.get("status") or {}
+    new = observed.observe(
+        job=job,
+        pods=pods,
+        num_nodes=spec.trainer.num_nodes if spec else 0,
+        suspend_requested=spec.run_policy.suspend if spec else False,
+        problem=problem,
+        generation=owner["metadata"].get("generation"),
+    )
+    old_conditions: list[JsonDict] = old.get("conditions") or []
+    new["conditions"] = observed.with_transition_times(new["conditions"], old_conditions, observed.now())
+    if all(old.get(key) == value for key, value in new.items()):
+        return
+    meta = owner["metadata"]
+    await ctx.kube.patch(
+        owner["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True
+    )
+    for cond in observed.transitions(new["conditions"], old_conditions):
+        bad = (cond["type"] == observed.ACCEPTED and cond["status"] == "False") or (
+            cond["type"] == observed.FAILED and cond["status"] == "True"
+        )
+        post = kopf.warn if bad else kopf.info
+        post(_body(owner), reason=cond["reason"], message=cond["message"] or cond["type"])
+    logger.debug("status of %s/%s: phase %s", meta["namespace"], meta["name"], new["phase"])

@@ -1,0 +1,189 @@
+"""Observed state of a TrainingJob, derived from its Job and pods — a pure function.
+
+Status is recomputed from scratch on every change instead of being patched incrementally, so it
+can never drift from what the cluster shows, and an operator restart recomputes the same answer.
+Only `lastTransitionTime` carries over: it moves when a condition's status changes, not when the
+operator looks again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuwise import wiring
+from gpuwise.api.trainingjob import Phase
+
+JsonDict = dict[str, Any]
+
+# Condition types, as Kubeflow's training jobs name them, plus Accepted for the spec itself.
+ACCEPTED = "Accepted"
+CREATED = "Created"
+RUNNING = "Running"
+SUSPENDED = "Suspended"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """Why the current spec is not what runs: a reason and a message naming the field."""
+
+    reason: str  # InvalidSpec | ImmutableFieldChanged | OwnershipConflict | JobRejected
+    message: str
+
+
+def now() -> datetime:
+    return datetime.now(tz=UTC).replace(microsecond=0)
+
+
+def _time(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str) -> JsonDict:
+    return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def _job_condition(job: JsonDict | None, type_: str) -> JsonDict | None:
+    for cond in (job or {}).get("status", {}).get("conditions", []):
+        if cond.get("type") == type_ and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def _pod_index(pod: JsonDict) -> int | None:
+    meta = pod.get("metadata", {})
+    raw = (meta.get("labels") or {}).get(wiring.JOB_COMPLETION_INDEX_ANNOTATION) or (
+        meta.get("annotations") or {}
+    ).get(wiring.JOB_COMPLETION_INDEX_ANNOTATION)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def workers(pods: Iterable[JsonDict]) -> list[JsonDict]:
+    """One entry per worker index: its newest pod (older ones are retries that ended)."""
+    newest: dict[int, JsonDict] = {}
+    for pod in pods:
+        index = _pod_index(pod)
+        if index is None:
+            continue
+        created = pod.get("metadata", {}).get("creationTimestamp") or ""
+        current = newest.get(index)
+        if current is None or created >= (current.get("metadata", {}).get("creationTimestamp") or ""):
+            newest[index] = pod
+    result = []
+    for index in sorted(newest):
+        pod = newest[index]
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        entry: JsonDict = {
+            "index": index,
+            "pod": pod["metadata"]["name"],
+            "phase": pod.get("status", {}).get("phase") or "Pending",
+            "restarts": sum(int(s.get("restartCount", 0)) for s in statuses),
+        }
+        if node := pod.get("spec", {}).get("nodeName"):
+            entry["node"] = node
+        result.append(entry)
+    return result
+
+
+def observe(
+    *,
+    job: JsonDict | None,
+    pods: Sequence[JsonDict],
+    num_nodes: int,
+    suspend_requested: bool,
+    problem: SpecProblem | None,
+    generation: int | None,
+) -> JsonDict:
+    """The status fields this module owns (phase, conditions, workers, times), without timestamps."""
+    conditions: list[JsonDict] = []
+    if problem is None:
+        conditions.append(_condition(ACCEPTED, True, "SpecAccepted", "The spec is valid and applied."))
+    else:
+        conditions.append(_condition(ACCEPTED, False, problem.reason, problem.message))
+
+    worker_list = workers(pods)
+    status: JsonDict = {
+        "workers": worker_list,
+        "restarts": int((job or {}).get("status", {}).get("failed", 0)),
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+
+    if job is None:
+        status["phase"] = (Phase.INVALID if problem else Phase.PENDING).value
+        status["conditions"] = conditions
+        return status
+
+    job_status = job.get("status", {})
+    conditions.append(_condition(CREATED, True, "JobCreated", f"Job {job['metadata']['name']} created."))
+    if start := job_status.get("startTime"):
+        status["startTime"] = start
+
+    complete = _job_condition(job, "Complete")
+    failed = _job_condition(job, "Failed")
+    suspended = bool(job.get("spec", {}).get("suspend")) or _job_condition(job, "Suspended") is not None
+    running = sum(1 for w in worker_list if w["phase"] == "Running")
+
+    if complete is not None:
+        phase = Phase.SUCCEEDED
+        conditions.append(
+            _condition(SUCCEEDED, True, "JobSucceeded", complete.get("message") or "All workers succeeded.")
+        )
+        conditions.append(_condition(RUNNING, False, "JobFinished", "The job has finished."))
+        status["completionTime"] = job_status.get("completionTime") or complete.get("lastTransitionTime")
+    elif failed is not None:
+        phase = Phase.FAILED
+        reason = failed.get("reason") or "JobFailed"
+        conditions.append(_condition(FAILED, True, reason, failed.get("message") or "The job failed."))
+        conditions.append(_condition(RUNNING, False, "JobFinished", "The job has finished."))
+        status["completionTime"] = failed.get("lastTransitionTime")
+    elif suspended:
+        phase = Phase.SUSPENDED
+        conditions.append(_condition(RUNNING, False, "JobSuspended", "The job is suspended."))
+    elif running:
+        phase = Phase.RUNNING
+        conditions.append(
+            _condition(RUNNING, True, "PodsRunning", f"{running} of {num_nodes} workers running.")
+        )
+    else:
+        phase = Phase.PENDING
+        conditions.append(_condition(RUNNING, False, "PodsPending", f"0 of {num_nodes} workers running."))
+
+    if suspend_requested or suspended:
+        conditions.append(
+            _condition(
+                SUSPENDED,
+                suspended,
+                "JobSuspended" if suspended else "JobResuming",
+                "spec.runPolicy.suspend is true." if suspend_requested else "Resuming.",
+            )
+        )
+    status["phase"] = phase.value
+    status["conditions"] = conditions
+    return status
+
+
+def with_transition_times(new: list[JsonDict], old: Sequence[JsonDict], at: datetime) -> list[JsonDict]:
+    """Stamp lastTransitionTime: kept from `old` while a condition's status is unchanged."""
+    previous = {c.get("type"): c for c in old}
+    stamped = []
+    for cond in new:
+        before = previous.get(cond["type"])
+        keep = (
+            before is not None and before.get("status") == cond["status"] and before.get("lastTransitionTime")
+        )
+        stamped.append({**cond, "lastTransitionTime": before["lastTransitionTime"] if keep else _time(at)})  # type: ignore[index]
+    return stamped
+
+
+def transitions(new: Sequence[JsonDict], old: Sequence[JsonDict]) -> list[JsonDict]:
+    """Conditions whose status or reason changed: each is worth an Event."""
+    previous = {c.get("type"): (c.get("status"), c.get("reason")) for c in old}
+    return [c for c in new if previous.get(c["type"]) != (c["status"], c["reason"])]

@@ -1,0 +1,202 @@
+"""Render a TrainingJob into the objects that run it: an Indexed Job and a headless Service.
+
+Pure functions from a validated spec to Kubernetes manifests, so the rendering is tested without
+a cluster and is the same whether called at creation or at a resync.
+
+Pods of an Indexed Job with `subdomain` set get stable DNS names `<job>-<index>.<service>`, so
+worker 0 is the rendezvous host and every pod learns its node rank from its completion index.
+The environment is the one torchrun and Kubeflow's PyTorchJob users expect.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from gpuwise import wiring
+from gpuwise.api.trainingjob import TrainingJobSpec
+from gpuwise.operator.config import SidecarSettings
+from gpuwise.operator.inject import JsonDict, inject_sidecar
+
+TRAINER_CONTAINER: Final = "trainer"
+SHM_VOLUME: Final = "gpuwise-shm"
+# The spec sections a running job cannot take up without a restart (see the CRD's CEL rules);
+# the Job remembers them so a later change can be named field by field.
+IMMUTABLE_SECTIONS: Final = ("trainer", "pod", "telemetry")
+ANNOTATION_APPLIED_SPEC: Final = f"{wiring.API_GROUP}/applied-spec"
+RENDEZVOUS_PORT_NAME: Final = "rendezvous"
+
+# Job and pod names are "<name>-<index>-<suffix>" and must stay DNS labels (63 characters).
+MAX_NAME_LENGTH: Final = 52
+NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+def labels(name: str) -> dict[str, str]:
+    """Labels that tie a child object (and its pods) to its TrainingJob."""
+    return {wiring.LABEL_TRAININGJOB: name, wiring.LABEL_MANAGED_BY: "gpuwise"}
+
+
+def owner_reference(owner: JsonDict) -> JsonDict:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def rendezvous_env(name: str, namespace: str, spec: TrainingJobSpec) -> list[JsonDict]:
+    trainer = spec.trainer
+    master = f"{name}-0.{name}.{namespace}.svc"
+    rank = {"fieldRef": {"fieldPath": f"metadata.annotations['{wiring.JOB_COMPLETION_INDEX_ANNOTATION}']"}}
+    port = str(wiring.MASTER_PORT)
+    return [
+        {"name": "PET_NNODES", "value": str(trainer.num_nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(trainer.num_proc_per_node)},
+        {"name": "PET_NODE_RANK", "valueFrom": rank},
+        {"name": "PET_MASTER_ADDR", "value": master},
+        {"name": "PET_MASTER_PORT", "value": port},
+        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_PORT", "value": port},
+        {"name": "WORLD_SIZE", "value": str(trainer.num_nodes * trainer.num_proc_per_node)},
+        {"name": "RANK", "valueFrom": rank},
+    ]
+
+
+def _trainer_container(name: str, namespace: str, spec: TrainingJobSpec) -> JsonDict:
+    trainer = spec.trainer
+    user_env = [env.to_k8s() for env in trainer.env]
+    user_names = {env.name for env in trainer.env}
+    # The user's own values win over ours: they may know their rendezvous better.
+    env = [e for e in rendezvous_env(name, namespace, spec) if e["name"] not in user_names] + user_env
+    container: JsonDict = {
+        "name": TRAINER_CONTAINER,
+        "image": trainer.image,
+        "env": env,
+        "resources": trainer.resources_per_node.to_k8s(),
+        "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": wiring.MASTER_PORT, "protocol": "TCP"}],
+        "volumeMounts": [m.to_k8s() for m in trainer.volume_mounts],
+    }
+    optional = {
+        "imagePullPolicy": trainer.image_pull_policy.value if trainer.image_pull_policy else None,
+        "command": trainer.command,
+        "args": trainer.args,
+        "workingDir": trainer.working_dir,
+        "envFrom": [e.to_k8s() for e in trainer.env_from] or None,
+    }
+    container.update({k: v for k, v in optional.items() if v is not None})
+    if trainer.shm_size is not None:
+        container["volumeMounts"].append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    return container
+
+
+def pod_spec(name: str, namespace: str, spec: TrainingJobSpec, sidecar: SidecarSettings) -> JsonDict:
+    pod = spec.pod
+    volumes = [v.to_k8s() for v in pod.volumes]
+    if spec.trainer.shm_size is not None:
+        volumes.append(
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.trainer.shm_size}}
+        )
+    rendered: JsonDict = {
+        "restartPolicy": "Never",
+        "subdomain": name,
+        "containers": [_trainer_container(name, namespace, spec)],
+        "volumes": volumes,
+    }
+    optional: dict[str, Any] = {
+        "serviceAccountName": pod.service_account_name,
+        "nodeSelector": pod.node_selector or None,
+        "tolerations": [t.to_k8s() for t in pod.tolerations] or None,
+        "affinity": pod.affinity,
+        "imagePullSecrets": [s.to_k8s() for s in pod.image_pull_secrets] or None,
+        "priorityClassName": pod.priority_class_name,
+        "schedulerName": pod.scheduler_name,
+        "runtimeClassName": pod.runtime_class_name,
+    }
+    rendered.update({k: v for k, v in optional.items() if v is not None})
+    return inject_sidecar(
+        rendered,
+        settings=sidecar,
+        instrumentation=spec.telemetry.instrumentation,
+        sample_interval=spec.telemetry.sample_interval_seconds,
+        trainingjob=name,
+    )
+
+
+def immutable_part(spec: TrainingJobSpec) -> JsonDict:
+    rendered = spec.to_k8s()
+    return {section: rendered.get(section) for section in IMMUTABLE_SECTIONS}
+
+
+def render_job(owner: JsonDict, spec: TrainingJobSpec, sidecar: SidecarSettings) -> JsonDict:
+    name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
+    template: JsonDict = {
+        "metadata": {
+            "labels": {**spec.pod.labels, **labels(name)},
+            "annotations": dict(spec.pod.annotations),
+        },
+        "spec": pod_spec(name, namespace, spec, sidecar),
+    }
+    run = spec.run_policy
+    job_spec: JsonDict = {
+        "completionMode": "Indexed",
+        "completions": spec.trainer.num_nodes,
+        "parallelism": spec.trainer.num_nodes,
+        "suspend": run.suspend,
+        "template": template,
+    }
+    optional = {
+        "backoffLimit": run.backoff_limit,
+        "activeDeadlineSeconds": run.active_deadline_seconds,
+        "ttlSecondsAfterFinished": run.ttl_seconds_after_finished,
+    }
+    job_spec.update({k: v for k, v in optional.items() if v is not None})
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels(name),
+            "annotations": {
+                ANNOTATION_APPLIED_SPEC: json.dumps(
+                    immutable_part(spec), sort_keys=True, separators=(",", ":")
+                )
+            },
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": job_spec,
+    }
+
+
+def render_service(owner: JsonDict) -> JsonDict:
+    """The headless Service that gives every worker pod a DNS name for rendezvous."""
+    name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels(name),
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            # Workers rendezvous before any of them is ready.
+            "publishNotReadyAddresses": True,
+            "selector": labels(name),
+            "ports": [
+                {"name": RENDEZVOUS_PORT_NAME, "port": wiring.MASTER_PORT, "targetPort": wiring.MASTER_PORT}
+            ],
+        },
+    }
+
+
+def mutable_job_fields(spec: TrainingJobSpec) -> JsonDict:
+    """The parts of a running Job's spec that follow the TrainingJob after creation."""
+    run = spec.run_policy
+    return {"suspend": run.suspend, "activeDeadlineSeconds": run.active_deadline_seconds}

@@ -1,0 +1,254 @@
+"""A Kubernetes API emulator honest enough for the operator: kmock plus what the operator relies on.
+
+kmock's emulator stores objects and streams watch events over real HTTP, but a real API server
+also does things the operator counts on. Rather than weaken the operator, this subclass adds them:
+
+- metadata.uid, resourceVersion, creationTimestamp, generation (bumped on spec changes only),
+  and names from metadata.generateName;
+- the status subresource: a patch of `/status` changes only status, and a patch of the main
+  resource never changes status;
+- label selectors on list and watch (`a=b`, `a!=b`, `a`, `!a`, comma-joined);
+- garbage collection: deleting an owner deletes its dependents (ownerReferences by uid),
+  as the controller manager's garbage collector does in the background.
+
+What it still does not do: schema validation and defaulting (tests validate manifests against
+the generated CRD separately), admission webhooks, strategic-merge semantics (patches merge
+dicts and replace lists), field selectors, and any controller (no Job creates pods by itself;
+tests play the Job controller and kubelet by writing pods and status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import itertools
+import json
+import os
+import pathlib
+import tempfile
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+from kmock._internal import enums, rendering
+
+# The resources the operator and kopf use, with what discovery must say about them.
+RESOURCES: dict[str, dict[str, Any]] = {
+    "v1/namespaces": {"kind": "Namespace", "namespaced": False},
+    "v1/events": {"kind": "Event", "namespaced": True},
+    "v1/pods": {"kind": "Pod", "namespaced": True, "subresources": {"status", "eviction"}},
+    "v1/services": {"kind": "Service", "namespaced": True, "subresources": {"status"}},
+    "batch/v1/jobs": {"kind": "Job", "namespaced": True, "subresources": {"status"}},
+    "apiextensions.k8s.io/v1/customresourcedefinitions": {
+        "kind": "CustomResourceDefinition",
+        "namespaced": False,
+        "subresources": {"status"},
+    },
+    "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations": {
+        "kind": "MutatingWebhookConfiguration",
+        "namespaced": False,
+    },
+    "gpuwise.io/v1alpha1/trainingjobs": {
+        "kind": "TrainingJob",
+        "namespaced": True,
+        "singular": "trainingjob",
+        "shortnames": {"tj"},
+        "subresources": {"status"},
+    },
+}
+VERBS = {"create", "delete", "get", "list", "patch", "update", "watch"}
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """Whether labels satisfy an equality-based label selector."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@attrs.define(kw_only=True)
+class Emulator(kmock.KubernetesEmulator):
+    _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for key, info in RESOURCES.items():
+            self.resources[key] = kmock.ResourceInfo(verbs=VERBS, **info)
+
+    def _has_status(self, request: rendering.Request) -> bool:
+        info = RESOURCES.get(self._key(request.resource))
+        return bool(info and "status" in info.get("subresources", ()))
+
+    @staticmethod
+    def _key(resource: Any) -> str:
+        group = f"{resource.group}/" if resource.group else ""
+        return f"{group}{resource.version}/{resource.plural}"
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.resource is not None and isinstance(request.data, dict):
+            if request.action == enums.action.CREATE:
+                self._stamp_new(request)
+            elif request.action == enums.action.UPDATE and request.name is not None:
+                self._stamp_update(request)
+        response = await super()._handle(request)
+        if request.action == enums.action.DELETE and request.name is not None and request.resource:
+            await self._collect_garbage()
+        return response
+
+    def _stamp_new(self, request: rendering.Request) -> None:
+        meta = request.data.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        if request.namespace and not meta.get("namespace"):
+            meta["namespace"] = request.namespace
+        meta["uid"] = str(uuid.uuid4())
+        meta["resourceVersion"] = str(next(self._versions))
+        meta["creationTimestamp"] = _now()
+        meta["generation"] = 1
+
+    def _stamp_update(self, request: rendering.Request) -> None:
+        data: dict[str, Any] = request.data
+        assert request.resource is not None and request.name is not None
+        key = (request.resource, request.namespace, request.name)
+        stored = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get() there)
+        if self._has_status(request):
+            if request.subresource == "status":
+                for field in list(data):
+                    if field != "status":
+                        del data[field]
+            else:
+                data.pop("status", None)
+        meta = data.setdefault("metadata", {})
+        for immutable in ("uid", "creationTimestamp", "name", "namespace"):
+            meta.pop(immutable, None)
+        meta["resourceVersion"] = str(next(self._versions))
+        if stored is not None and not stored.deleted and "spec" in data:
+            before = stored.get("spec")
+            after = copy.deepcopy(before) if isinstance(before, dict) else {}
+            after.update(data["spec"])
+            if after != before:
+                meta["generation"] = int(stored.get("metadata", {}).get("generation", 1)) + 1
+
+    async def _collect_garbage(self) -> None:
+        """Delete objects whose owners are all gone, until nothing changes (cascading)."""
+        while True:
+            alive = {obj.get("metadata", {}).get("uid") for _, obj in self.objects.items() if not obj.deleted}
+            orphans = [
+                (key, obj)
+                for key, obj in self.objects.items()
+                if not obj.deleted
+                and (owners := obj.get("metadata", {}).get("ownerReferences"))
+                and not any(owner.get("uid") in alive for owner in owners)
+            ]
+            if not orphans:
+                return
+            async with self._lock:
+                for key, obj in orphans:
+                    raw = obj.raw
+                    obj.delete()
+                    await self._buses[key[0]].put({"type": "DELETED", "object": raw})
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        payload = await super()._serve_list(request)
+        info = RESOURCES.get(self._key(request.resource))
+        if isinstance(payload, dict) and info:
+            group = f"{request.resource.group}/" if request.resource and request.resource.group else ""
+            payload["kind"] = f"{info['kind']}List"
+            payload["apiVersion"] = f"{group}{request.resource.version if request.resource else 'v1'}"
+            payload["metadata"] = {"resourceVersion": str(next(self._versions))}
+        selector = request.params.get("labelSelector")
+        if selector and isinstance(payload, dict):
+            payload["items"] = [
+                item
+                for item in payload["items"]
+                if selector_matches(selector, item.get("metadata", {}).get("labels") or {})
+            ]
+        return payload
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        selector = request.params.get("labelSelector")
+        async for event in super()._serve_watch(request):
+            if selector and isinstance(event, dict):
+                labels = event.get("object", {}).get("metadata", {}).get("labels") or {}
+                if not selector_matches(selector, labels):
+                    continue
+            yield event
+
+
+class EmulatorThread:
+    """The emulator served over HTTP on loopback from its own thread and event loop.
+
+    Tests stay synchronous and talk to it the way the operator does — over HTTP, with the
+    kubernetes client or kubectl — while the operator runs as a separate process.
+    """
+
+    def __init__(self) -> None:
+        self.emulator: Emulator | None = None
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="k8s-emulator", daemon=True)
+        self._tmp = tempfile.TemporaryDirectory(prefix="gpuwise-kube-")
+        self.kubeconfig = pathlib.Path(self._tmp.name) / "kubeconfig"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        async with Emulator() as emulator, kmock.Server(emulator) as server:
+            self.emulator = emulator
+            self.url = f"http://{server.host}:{server.port}"
+            self._ready.set()
+            await self._stop.wait()
+
+    def start(self) -> EmulatorThread:
+        self._thread.start()
+        if not self._ready.wait(timeout=30):
+            raise RuntimeError("the Kubernetes emulator did not start within 30 s")
+        self.kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+                    "users": [{"name": "tester", "user": {}}],
+                    "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
+                    "current-context": "emulator",
+                }
+            )
+        )
+        return self
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+        self._tmp.cleanup()
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a client process (the operator, kubectl) pointed at this emulator."""
+        return dict(os.environ, KUBECONFIG=str(self.kubeconfig))
