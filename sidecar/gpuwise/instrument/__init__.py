@@ -1,0 +1,105 @@
+"""Tell the gpuwise sidecar how a training loop spends its time.
+
+Standard library only; torch is instrumented when present, never required. Two ways in:
+
+- **Automatic** (no code change): with `GPUWISE_INSTRUMENT=auto` and the sidecar's
+  `sitecustomize` on `PYTHONPATH`, PyTorch's optimizer steps mark the steps and DataLoader
+  iterators measure the wait for input. `instrument_torch()` does the same from code.
+- **Explicit**: `step_end(samples=n)` after each step, or `with step(samples=n): ...` around it;
+  `with data_wait(): batch = next(it)` around a custom input pipeline. Once `step_end` is used,
+  it alone marks steps (the optimizer hook stands down), so nothing is counted twice.
+
+Every call is cheap (a few µs), never blocks and never raises: when no sidecar listens, the
+events are dropped and counted, and training goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from types import ModuleType, TracebackType
+
+from gpuwise.instrument import importhook, runtime
+
+__all__ = ["data_wait", "instrument_torch", "step", "step_end"]
+
+
+def step_end(samples: int | None = None) -> None:
+    """Mark the end of a training step that consumed `samples` samples (when known)."""
+    tracker = runtime.current()
+    if tracker is None:
+        return
+    tracker.manual = True
+    try:  # noqa: SIM105 - the hot path: a bare try costs nothing, suppress() a call
+        tracker.end_step(_count(samples))
+    except Exception:
+        pass
+
+
+class step:
+    """`with step(samples=n): ...` -- the block's end is the step's end."""
+
+    __slots__ = ("_samples",)
+
+    def __init__(self, samples: int | None = None) -> None:
+        self._samples = samples
+
+    def __enter__(self) -> None:
+        tracker = runtime.current()
+        if tracker is not None:
+            tracker.begin()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:  # a step that raised did not complete
+            step_end(self._samples)
+
+
+class data_wait:
+    """`with data_wait(): batch = next(it)` -- the block is time spent waiting for input."""
+
+    __slots__ = ("_samples", "_start")
+
+    def __init__(self, samples: int | None = None) -> None:
+        self._samples = samples
+        self._start = 0.0
+
+    def __enter__(self) -> None:
+        tracker = runtime.current()
+        if tracker is not None:
+            tracker.begin()
+        self._start = time.perf_counter()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        tracker = runtime.current()
+        if tracker is not None:
+            tracker.add_wait(time.perf_counter() - self._start, _count(self._samples))
+
+
+def instrument_torch() -> bool:
+    """Instrument PyTorch now, or as soon as it is imported. False when reporting is off."""
+    if runtime.current() is None:
+        return False
+    importhook.when_imported("torch", _hook_torch)
+    return True
+
+
+def _hook_torch(torch: ModuleType) -> None:
+    tracker = runtime.current()
+    if tracker is None or tracker.hooked:
+        return
+    from gpuwise.instrument import torch_hooks
+
+    torch_hooks.install(torch, tracker)
+
+
+def _count(samples: object) -> int | None:
+    if samples is None:
+        return None
+    try:
+        count = int(samples)  # type: ignore[call-overload]
+    except Exception:
+        return None
+    return count if count >= 0 else None

@@ -1,0 +1,70 @@
+"""This process's tracker, configured once from the environment the sidecar's pod spec sets.
+
+`GPUWISE_SOCKET` says where the sidecar listens; `GPUWISE_INSTRUMENT` says how much to do:
+`auto` (hook PyTorch), `manual` (only the explicit API), `disabled` (nothing). Without a socket
+there is nobody to tell, and every call of the public API is a cheap no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Final
+
+from gpuwise import wiring
+from gpuwise.instrument.sender import Sender
+from gpuwise.instrument.tracker import Tracker
+
+MODES: Final = ("auto", "manual", "disabled")
+
+
+class _Process:
+    """The process-wide state, resolved once."""
+
+    tracker: Tracker | None = None
+    resolved = False
+
+
+def mode() -> str:
+    """The instrumentation mode; an unknown value is reported once and treated as `disabled`."""
+    value = os.environ.get(wiring.ENV_INSTRUMENT, "auto").strip().lower() or "auto"
+    if value in MODES:
+        return value
+    warn(f"{wiring.ENV_INSTRUMENT}={value!r} is not one of {', '.join(MODES)}; step reporting is off")
+    return "disabled"
+
+
+def current() -> Tracker | None:
+    """The process's tracker, or None when reporting is off."""
+    if _Process.resolved:
+        return _Process.tracker
+    return _resolve()
+
+
+def _resolve() -> Tracker | None:
+    path = os.environ.get(wiring.ENV_SOCKET, "")
+    if path and mode() != "disabled":
+        tracker = _Process.tracker = Tracker(Sender(path), rank=_local_rank())
+        os.register_at_fork(after_in_child=tracker.forked)
+    _Process.resolved = True
+    return _Process.tracker
+
+
+def _local_rank() -> int:
+    """torchrun's LOCAL_RANK: which of the pod's training processes this is."""
+    try:
+        return min(max(int(os.environ.get("LOCAL_RANK", "0")), 0), 0xFFFF)
+    except ValueError:
+        return 0
+
+
+_warned: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """Tell the person running the training once, on stderr; never raise."""
+    if message not in _warned:
+        _warned.add(message)
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"gpuwise: {message}\n")

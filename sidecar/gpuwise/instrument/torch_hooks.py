@@ -1,0 +1,150 @@
+"""Auto-instrumentation of PyTorch: step boundaries, input wait, and the training set-up.
+
+- **Steps** end where an optimizer step ends: torch's *global* optimizer step post-hook sees every
+  optimizer of the process without touching user code. With several optimizers (a GAN's two),
+  the first one that steps marks the boundaries, so one training iteration is one step.
+- **Input wait** is the time inside a DataLoader iterator's `__next__`: the loop is blocked on
+  input for exactly that long, whatever the workers do meanwhile. The batch's leading dimension
+  gives the samples, and the iterator its loader's `num_workers`, `pin_memory` and batch size.
+- **Mixed precision** is noticed when `torch.autocast` is entered enabled during a step.
+- **CUDA memory peaks** are read at most once a second (the statistics call is not cheap), only
+  once the program has initialised CUDA itself (initialising it from here would break DataLoader
+  workers forked later), and never reset (the program may be reading them too).
+
+torch is passed in, never imported here: this module must load in processes without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from gpuwise.instrument.tracker import Tracker
+
+
+def install(torch: Any, tracker: Tracker) -> Callable[[], None]:
+    """Hook `torch` to report to `tracker`; return a function that removes the hooks."""
+    from torch.amp.autocast_mode import autocast
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    handle = register_optimizer_step_post_hook(_step_hook(tracker))
+    undo = [
+        handle.remove,
+        _patch(_BaseDataLoaderIter, "__next__", _timed_next(tracker)),
+        _patch(autocast, "__enter__", _noticed_enter(tracker)),
+    ]
+    tracker.autocast_known = tracker.hooked = True
+    tracker.memory_probe = _cuda_peaks(torch.cuda)
+
+    def remove() -> None:
+        for step in reversed(undo):
+            step()
+        tracker.autocast_known = tracker.hooked = False
+        tracker.memory_probe = None
+
+    return remove
+
+
+def _step_hook(tracker: Tracker) -> Callable[[Any, Any, Any], None]:
+    primary: weakref.ref[Any] | None = None
+
+    def on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        nonlocal primary
+        if tracker.manual:
+            return
+        marker = primary() if primary is not None else None
+        if marker is None:
+            primary, marker = weakref.ref(optimizer), optimizer
+        if marker is optimizer:
+            try:  # noqa: SIM105 - the hot path: a bare try costs nothing, suppress() a call
+                tracker.end_step()
+            except Exception:
+                pass
+
+    return on_optimizer_step
+
+
+def _timed_next(tracker: Tracker) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    clock = time.perf_counter
+    # The iterator that fed the latest batch: its loader's set-up is the one reported.
+    last: list[weakref.ref[Any] | None] = [None]
+
+    def wrap(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        @functools.wraps(original)
+        def __next__(self: Any) -> Any:
+            tracker.begin()
+            start = clock()
+            try:
+                batch = original(self)
+            except StopIteration:
+                tracker.add_wait(clock() - start, None)
+                raise
+            tracker.add_wait(clock() - start, _batch_length(batch))
+            seen = last[0]
+            if seen is None or seen() is not self:
+                last[0] = weakref.ref(self)
+                _describe_loader(tracker, self)
+            return batch
+
+        return __next__
+
+    return wrap
+
+
+def _describe_loader(tracker: Tracker, iterator: Any) -> None:
+    try:
+        batch_size = getattr(iterator._index_sampler, "batch_size", None) if iterator._auto_collation else None
+        tracker.set_loader(int(iterator._num_workers), bool(iterator._pin_memory), batch_size)
+    except Exception:
+        pass
+
+
+def _batch_length(batch: Any, depth: int = 0) -> int | None:
+    """Samples in a batch: the leading dimension of its first tensor, when there is one."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    if depth < 3:
+        if isinstance(batch, list | tuple) and batch:
+            return _batch_length(batch[0], depth + 1)
+        if isinstance(batch, dict) and batch:
+            return _batch_length(next(iter(batch.values())), depth + 1)
+    return None
+
+
+def _noticed_enter(tracker: Tracker) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    def wrap(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        @functools.wraps(original)
+        def __enter__(self: Any) -> Any:
+            if getattr(self, "_enabled", False):
+                tracker.saw_autocast()
+            return original(self)
+
+        return __enter__
+
+    return wrap
+
+
+def _cuda_peaks(cuda: Any) -> Callable[[], tuple[int, int] | None]:
+    def probe() -> tuple[int, int] | None:
+        if not cuda.is_initialized():
+            return None
+        return int(cuda.max_memory_allocated()), int(cuda.max_memory_reserved())
+
+    return probe
+
+
+def _patch(
+    owner: type, name: str, wrapper: Callable[[Callable[[Any], Any]], Callable[[Any], Any]]
+) -> Callable[[], None]:
+    original = owner.__dict__[name]
+    setattr(owner, name, wrapper(original))
+
+    def restore() -> None:
+        setattr(owner, name, original)
+
+    return restore
