@@ -20,6 +20,7 @@ tests play the Job controller and kubelet by writing pods and status).
 from __future__ import annotations
 
 import asyncio
+import collections
 import copy
 import datetime
 import itertools
@@ -90,6 +91,8 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
 @attrs.define(kw_only=True)
 class Emulator(kmock.KubernetesEmulator):
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    # Every create request, accepted or refused, by "<resource> <namespace>/<name>".
+    create_attempts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -112,7 +115,13 @@ class Emulator(kmock.KubernetesEmulator):
             elif request.action == enums.action.UPDATE and request.name is not None:
                 self._stamp_update(request)
         response = await super()._handle(request)
-        if request.action == enums.action.DELETE and request.name is not None and request.resource:
+        # An owner leaves on DELETE, or on the patch that removes its last finalizer; an object
+        # created with an owner that is already gone is collected too.
+        if request.resource is not None and request.action in {
+            enums.action.CREATE,
+            enums.action.DELETE,
+            enums.action.UPDATE,
+        }:
             await self._collect_garbage()
         return response
 
@@ -122,6 +131,7 @@ class Emulator(kmock.KubernetesEmulator):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         if request.namespace and not meta.get("namespace"):
             meta["namespace"] = request.namespace
+        self.create_attempts[f"{self._key(request.resource)} {meta.get('namespace')}/{meta.get('name')}"] += 1
         meta["uid"] = str(uuid.uuid4())
         meta["resourceVersion"] = str(next(self._versions))
         meta["creationTimestamp"] = _now()

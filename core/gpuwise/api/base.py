@@ -72,7 +72,8 @@ def _check_duration(value: str) -> str:
     return value
 
 
-Duration = Annotated[str, AfterValidator(_check_duration), Field(pattern=DURATION_PATTERN)]
+# The API server checks the pattern; pydantic runs the validator, whose message is friendlier.
+Duration = Annotated[str, AfterValidator(_check_duration), Field(json_schema_extra={"pattern": DURATION_PATTERN})]
 
 # CamelCase machine-readable reasons, as Kubernetes conditions use them.
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"

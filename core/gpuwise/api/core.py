@@ -64,8 +64,8 @@ class EnvFromSource(ApiModel):
 
 
 class ResourceRequirements(ApiModel):
-    limits: dict[str, Quantity] = Field(default_factory=dict)
-    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] | None = None
+    requests: dict[str, Quantity] | None = None
 
 
 class VolumeMount(ApiModel):

@@ -269,15 +269,11 @@ class ActionRecord(ApiModel):
 class TrainingJobStatus(ApiModel):
     phase: Phase = Phase.PENDING
     observed_generation: int | None = Field(default=None, ge=0)
-    conditions: Annotated[list[Condition], Field(json_schema_extra=list_map("type"))] = Field(
-        default_factory=list
-    )
+    conditions: Annotated[list[Condition], Field(json_schema_extra=list_map("type"))] = Field(default_factory=list)
     start_time: datetime | None = None
     completion_time: datetime | None = None
     restarts: int = Field(default=0, ge=0)
-    workers: Annotated[list[WorkerStatus], Field(json_schema_extra=list_map("index"))] = Field(
-        default_factory=list
-    )
+    workers: Annotated[list[WorkerStatus], Field(json_schema_extra=list_map("index"))] = Field(default_factory=list)
     efficiency: EfficiencySummary | None = None
     findings: list[Finding] = Field(default_factory=list)
     recommendations: list[Recommendation] = Field(default_factory=list)

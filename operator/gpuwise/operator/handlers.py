@@ -117,9 +117,7 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
         **_: Any,
     ) -> None:
         key = (namespace, labels[wiring.LABEL_TRAININGJOB])
-        await run(
-            key=key, owner=_first(trainingjobs.get(key)), jobs=jobs, pods=pods, memo=memo, logger=logger
-        )
+        await run(key=key, owner=_first(trainingjobs.get(key)), jobs=jobs, pods=pods, memo=memo, logger=logger)
 
     @kopf.on.delete(*TRAININGJOBS, optional=True, id="forget", registry=registry)
     def trainingjob_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:

@@ -62,9 +62,7 @@ def sidecar_container(settings: SidecarSettings, sample_interval: float, trainin
             f"--interval={sample_interval:g}",
         ],
         "env": env,
-        "ports": [
-            {"name": wiring.METRICS_PORT_NAME, "containerPort": wiring.METRICS_PORT, "protocol": "TCP"}
-        ],
+        "ports": [{"name": wiring.METRICS_PORT_NAME, "containerPort": wiring.METRICS_PORT, "protocol": "TCP"}],
         "startupProbe": {
             "httpGet": {"path": wiring.HEALTH_PATH, "port": wiring.METRICS_PORT_NAME},
             "periodSeconds": probe_period,

@@ -36,9 +36,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         metavar="NAME",
         help="coordinate replicas through this KopfPeering; default: run standalone",
     )
-    parser.add_argument(
-        "--liveness", metavar="URL", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz"
-    )
+    parser.add_argument("--liveness", metavar="URL", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
     hook = parser.add_argument_group("admission webhook (sidecar injection for labelled pods)")
     hook.add_argument("--webhook-port", type=int, help="serve the webhook on this port")
     hook.add_argument("--webhook-host", help="host name the API server uses to reach the webhook")

@@ -156,6 +156,8 @@ async def reconcile(
     owner: JsonDict, job: JsonDict | None, pods: Sequence[JsonDict], ctx: Context, logger: kopf.Logger
 ) -> None:
     namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+    if owner["metadata"].get("deletionTimestamp"):
+        return  # going away: its children follow through ownerReferences; make nothing new
     async with ctx.lock(namespace, name):
         spec, problem = parse_spec(owner)
         finished = (owner.get("status") or {}).get("phase") in TERMINAL_PHASES
@@ -196,9 +198,7 @@ async def publish(
     if all(old.get(key) == value for key, value in new.items()):
         return
     meta = owner["metadata"]
-    await ctx.kube.patch(
-        owner["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True
-    )
+    await ctx.kube.patch(owner["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
     for cond in observed.transitions(new["conditions"], old_conditions):
         bad = (cond["type"] == observed.ACCEPTED and cond["status"] == "False") or (
             cond["type"] == observed.FAILED and cond["status"] == "True"

@@ -56,9 +56,9 @@ def _job_condition(job: JsonDict | None, type_: str) -> JsonDict | None:
 
 def _pod_index(pod: JsonDict) -> int | None:
     meta = pod.get("metadata", {})
-    raw = (meta.get("labels") or {}).get(wiring.JOB_COMPLETION_INDEX_ANNOTATION) or (
-        meta.get("annotations") or {}
-    ).get(wiring.JOB_COMPLETION_INDEX_ANNOTATION)
+    raw = (meta.get("labels") or {}).get(wiring.JOB_COMPLETION_INDEX_ANNOTATION) or (meta.get("annotations") or {}).get(
+        wiring.JOB_COMPLETION_INDEX_ANNOTATION
+    )
     try:
         return int(raw) if raw is not None else None
     except ValueError:
@@ -149,9 +149,7 @@ def observe(
         conditions.append(_condition(RUNNING, False, "JobSuspended", "The job is suspended."))
     elif running:
         phase = Phase.RUNNING
-        conditions.append(
-            _condition(RUNNING, True, "PodsRunning", f"{running} of {num_nodes} workers running.")
-        )
+        conditions.append(_condition(RUNNING, True, "PodsRunning", f"{running} of {num_nodes} workers running."))
     else:
         phase = Phase.PENDING
         conditions.append(_condition(RUNNING, False, "PodsPending", f"0 of {num_nodes} workers running."))
@@ -176,9 +174,7 @@ def with_transition_times(new: list[JsonDict], old: Sequence[JsonDict], at: date
     stamped = []
     for cond in new:
         before = previous.get(cond["type"])
-        keep = (
-            before is not None and before.get("status") == cond["status"] and before.get("lastTransitionTime")
-        )
+        keep = before is not None and before.get("status") == cond["status"] and before.get("lastTransitionTime")
         stamped.append({**cond, "lastTransitionTime": before["lastTransitionTime"] if keep else _time(at)})  # type: ignore[index]
     return stamped
 

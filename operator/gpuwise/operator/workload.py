@@ -97,9 +97,7 @@ def pod_spec(name: str, namespace: str, spec: TrainingJobSpec, sidecar: SidecarS
     pod = spec.pod
     volumes = [v.to_k8s() for v in pod.volumes]
     if spec.trainer.shm_size is not None:
-        volumes.append(
-            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.trainer.shm_size}}
-        )
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.trainer.shm_size}})
     rendered: JsonDict = {
         "restartPolicy": "Never",
         "subdomain": name,
@@ -162,9 +160,7 @@ def render_job(owner: JsonDict, spec: TrainingJobSpec, sidecar: SidecarSettings)
             "namespace": namespace,
             "labels": labels(name),
             "annotations": {
-                ANNOTATION_APPLIED_SPEC: json.dumps(
-                    immutable_part(spec), sort_keys=True, separators=(",", ":")
-                )
+                ANNOTATION_APPLIED_SPEC: json.dumps(immutable_part(spec), sort_keys=True, separators=(",", ":"))
             },
             "ownerReferences": [owner_reference(owner)],
         },
@@ -189,9 +185,7 @@ def render_service(owner: JsonDict) -> JsonDict:
             # Workers rendezvous before any of them is ready.
             "publishNotReadyAddresses": True,
             "selector": labels(name),
-            "ports": [
-                {"name": RENDEZVOUS_PORT_NAME, "port": wiring.MASTER_PORT, "targetPort": wiring.MASTER_PORT}
-            ],
+            "ports": [{"name": RENDEZVOUS_PORT_NAME, "port": wiring.MASTER_PORT, "targetPort": wiring.MASTER_PORT}],
         },
     }
 

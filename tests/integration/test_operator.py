@@ -1,0 +1,304 @@
+"""The real operator process against the Kubernetes emulator over HTTP.
+
+The emulator runs no controllers, so the tests play the Job controller and the kubelet: they
+write pods and Job status the way those would, and check what the operator makes of them.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import time
+from typing import Any
+
+import yaml
+
+from tests.integration.conftest import Cluster, Operator, eventually
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "trainingjob.yaml"
+TJ_API = "gpuwise.io/v1alpha1"
+
+
+def manifest(name: str = "bert", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": TJ_API,
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"trainer": {"image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", "numNodes": 2}},
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def job_of(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    return cluster.get("batch/v1", "Job", name)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def play_kubelet(cluster: Cluster, job: dict[str, Any], index: int, phase: str, node: str) -> None:
+    """Create (or update) the pod the Job controller would make for one completion index."""
+    name = f"{job['metadata']['name']}-{index}-abcde"
+    template = job["spec"]["template"]
+    labels = {**template["metadata"]["labels"], "batch.kubernetes.io/job-completion-index": str(index)}
+    if cluster.get("v1", "Pod", name) is None:
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+                },
+                "spec": {**template["spec"], "nodeName": node},
+            }
+        )
+    cluster.patch("v1", "Pod", name, {"status": {"phase": phase}}, status=True)
+
+
+def test_create_renders_job_service_and_status(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    job = eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    service = eventually(lambda: cluster.get("v1", "Service", "bert"), what="the Service")
+    tj = cluster.trainingjob("bert")
+    assert tj is not None
+    owner = {"kind": "TrainingJob", "name": "bert", "uid": tj["metadata"]["uid"], "controller": True}
+    for child in (job, service):
+        assert owner.items() <= child["metadata"]["ownerReferences"][0].items()
+        assert child["metadata"]["labels"]["gpuwise.io/trainingjob"] == "bert"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {
+        "gpuwise.io/trainingjob": "bert",
+        "app.kubernetes.io/managed-by": "gpuwise",
+    }
+
+    status = eventually(lambda: (cluster.trainingjob("bert") or {}).get("status"), what="a status")
+    assert status["phase"] == "Pending"
+    assert status["observedGeneration"] == 1
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["Accepted"]["status"] == "True"
+    assert by_type["Created"]["reason"] == "JobCreated"
+    assert by_type["Running"]["reason"] == "PodsPending"
+    events = eventually(
+        lambda: [e for e in cluster.list("v1", "Event") if e.get("reason") == "JobCreated"], what="an Event"
+    )
+    assert events[0]["involvedObject"]["name"] == "bert"
+
+
+def test_multi_node_job_has_torchrun_env_and_native_sidecar(cluster: Cluster, operator: Operator) -> None:
+    body = manifest()
+    body["spec"]["trainer"].update(numNodes=4, numProcPerNode=8, env=[{"name": "MASTER_PORT", "value": "23456"}])
+    cluster.create(body)
+    job = eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    spec = job["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["completionMode"]) == (4, 4, "Indexed")
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == "bert"
+    trainer = pod["containers"][0]
+    env = env_of(trainer)
+    index_ref = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert env["PET_NNODES"] == "4"
+    assert env["PET_NPROC_PER_NODE"] == "8"
+    assert env["WORLD_SIZE"] == "32"
+    assert env["PET_NODE_RANK"] == index_ref
+    assert env["RANK"] == index_ref
+    assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "bert-0.bert.default.svc"
+    assert env["PET_MASTER_PORT"] == "29500"
+    assert env["MASTER_PORT"] == "23456", "the user's own value must win"
+    assert env["GPUWISE_INSTRUMENT"] == "auto"
+    assert env["PYTHONPATH"] == "/var/run/gpuwise/python"
+    sidecar = pod["initContainers"][0]
+    assert sidecar["name"] == "gpuwise-sidecar"
+    assert sidecar["restartPolicy"] == "Always"
+    assert {"name": "gpuwise-runtime", "emptyDir": {}} in pod["volumes"]
+
+
+def test_invalid_spec_gets_a_condition_and_no_job(cluster: Cluster, operator: Operator) -> None:
+    body = manifest("broken")
+    body["spec"]["trainer"]["numNodes"] = 0
+    body["spec"]["telemetry"] = {"instrumentation": "Off"}
+    cluster.create(body)
+    accepted = eventually(lambda: cluster.condition("broken", "Accepted"), what="the Accepted condition")
+    assert accepted["status"] == "False"
+    assert accepted["reason"] == "InvalidSpec"
+    assert "spec.trainer.numNodes: Input should be greater than or equal to 1" in accepted["message"]
+    assert "spec.telemetry.instrumentation" in accepted["message"]
+    assert (cluster.trainingjob("broken") or {})["status"]["phase"] == "Invalid"
+    warnings = eventually(
+        lambda: [e for e in cluster.list("v1", "Event") if e.get("reason") == "InvalidSpec"], what="a Warning"
+    )
+    assert warnings[0]["type"] == "Warning"
+    time.sleep(3)  # past a resync: still nothing created
+    assert job_of(cluster, "broken") is None
+    assert cluster.get("v1", "Service", "broken") is None
+
+
+def test_operator_restart_creates_nothing_twice(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    job = eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    operator.restart()
+    time.sleep(5)  # start-up, resume handlers and at least one resync
+    assert operator.process is not None and operator.process.poll() is None
+    attempts = cluster.emulator.emulator.create_attempts  # type: ignore[union-attr]
+    assert attempts["batch/v1/jobs default/bert"] == 1
+    assert attempts["v1/services default/bert"] == 1
+    again = job_of(cluster, "bert")
+    assert again is not None and again["metadata"]["uid"] == job["metadata"]["uid"]
+    assert len(cluster.list("batch/v1", "Job")) == 1
+
+
+def test_status_follows_pods_and_job(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    job = eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    play_kubelet(cluster, job, 0, "Running", "gpu-node-a")
+    play_kubelet(cluster, job, 1, "Pending", "gpu-node-b")
+    status = eventually(
+        lambda: (s := (cluster.trainingjob("bert") or {}).get("status", {})).get("phase") == "Running" and s,
+        what="phase Running",
+    )
+    assert status["workers"] == [
+        {"index": 0, "pod": "bert-0-abcde", "node": "gpu-node-a", "phase": "Running", "restarts": 0},
+        {"index": 1, "pod": "bert-1-abcde", "node": "gpu-node-b", "phase": "Pending", "restarts": 0},
+    ]
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["message"] == "1 of 2 workers running."
+
+    cluster.patch(
+        "batch/v1",
+        "Job",
+        "bert",
+        {
+            "status": {
+                "startTime": "2026-11-22T10:00:00Z",
+                "completionTime": "2026-11-22T12:00:00Z",
+                "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-22T12:00:00Z"}],
+            }
+        },
+        status=True,
+    )
+    status = eventually(
+        lambda: (s := (cluster.trainingjob("bert") or {}).get("status", {})).get("phase") == "Succeeded" and s,
+        what="phase Succeeded",
+    )
+    assert status["startTime"] == "2026-11-22T10:00:00Z"
+    assert status["completionTime"] == "2026-11-22T12:00:00Z"
+    assert next(c for c in status["conditions"] if c["type"] == "Succeeded")["status"] == "True"
+
+
+def test_failed_job_is_reported_with_its_reason(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    cluster.patch(
+        "batch/v1",
+        "Job",
+        "bert",
+        {
+            "status": {
+                "failed": 4,
+                "conditions": [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                        "lastTransitionTime": "2026-11-22T12:00:00Z",
+                    }
+                ],
+            }
+        },
+        status=True,
+    )
+    failed = eventually(lambda: cluster.condition("bert", "Failed"), what="the Failed condition")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    status = (cluster.trainingjob("bert") or {})["status"]
+    assert (status["phase"], status["restarts"]) == ("Failed", 4)
+
+
+def test_suspend_and_resume(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    cluster.patch(TJ_API, "TrainingJob", "bert", {"spec": {"runPolicy": {"suspend": True}}})
+    eventually(lambda: (job_of(cluster, "bert") or {}).get("spec", {}).get("suspend") is True, what="Job suspended")
+    eventually(
+        lambda: (cluster.trainingjob("bert") or {}).get("status", {}).get("phase") == "Suspended",
+        what="phase Suspended",
+    )
+    cluster.patch(TJ_API, "TrainingJob", "bert", {"spec": {"runPolicy": {"suspend": False}}})
+    eventually(lambda: (job_of(cluster, "bert") or {}).get("spec", {}).get("suspend") is False, what="Job resumed")
+    eventually(
+        lambda: (cluster.trainingjob("bert") or {}).get("status", {}).get("phase") == "Pending",
+        what="phase Pending again",
+    )
+
+
+def test_changing_an_immutable_field_is_refused_with_a_condition(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    job = eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    cluster.patch(TJ_API, "TrainingJob", "bert", {"spec": {"trainer": {"image": "pytorch/pytorch:latest"}}})
+    accepted = eventually(
+        lambda: (c := cluster.condition("bert", "Accepted")) and c["status"] == "False" and c,
+        what="Accepted=False",
+    )
+    assert accepted["reason"] == "ImmutableFieldChanged"
+    assert accepted["message"].startswith("spec.trainer.image cannot change while the job exists")
+    kept = job_of(cluster, "bert")
+    assert kept is not None
+    assert (
+        kept["spec"]["template"]["spec"]["containers"][0]["image"]
+        == job["spec"]["template"]["spec"]["containers"][0]["image"]
+    )
+    # Reverting the change makes the spec accepted again.
+    cluster.patch(
+        TJ_API,
+        "TrainingJob",
+        "bert",
+        {"spec": {"trainer": {"image": manifest()["spec"]["trainer"]["image"]}}},
+    )
+    eventually(lambda: (c := cluster.condition("bert", "Accepted")) and c["status"] == "True", what="Accepted=True")
+
+
+def test_deleting_the_trainingjob_removes_what_it_owns(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    eventually(lambda: job_of(cluster, "bert"), what="the Job")
+    eventually(lambda: cluster.get("v1", "Service", "bert"), what="the Service")
+    cluster.delete(TJ_API, "TrainingJob", "bert")
+    eventually(
+        lambda: job_of(cluster, "bert") is None and cluster.get("v1", "Service", "bert") is None,
+        what="the Job and Service to go",
+    )
+    time.sleep(3)  # a resync later, nothing comes back
+    assert job_of(cluster, "bert") is None
+    assert operator.process is not None and operator.process.poll() is None
+
+
+def test_kubectl_creates_the_example(cluster: Cluster, operator: Operator) -> None:
+    result = subprocess.run(
+        ["kubectl", "create", "-f", str(EXAMPLE), "--validate=false"],
+        env=cluster.emulator.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "trainingjob.gpuwise.io/resnet50 created"
+    job = eventually(lambda: job_of(cluster, "resnet50"), what="the example's Job")
+    example = yaml.safe_load(EXAMPLE.read_text())
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    assert trainer["resources"] == example["spec"]["trainer"]["resourcesPerNode"]
+    assert {"name": "gpuwise-shm", "mountPath": "/dev/shm"} in trainer["volumeMounts"]
+    assert job["spec"]["backoffLimit"] == 3
+    got = subprocess.run(
+        ["kubectl", "get", "tj", "resnet50", "-n", "default", "-o", "jsonpath={.status.phase}"],
+        env=cluster.emulator.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout in {"", "Pending"}

@@ -1,0 +1,122 @@
+"""The TrainingJob models: defaults users rely on, and errors that name what to fix."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from gpuwise.api.base import parse_duration
+from gpuwise.api.trainingjob import (
+    EfficiencyMode,
+    Instrumentation,
+    TrainingJobSpec,
+)
+
+
+def spec(**overrides: object) -> dict[str, object]:
+    return {"trainer": {"image": "pytorch/pytorch:latest"}, **overrides}
+
+
+def errors(raw: dict[str, object]) -> list[tuple[str, str]]:
+    with pytest.raises(ValidationError) as caught:
+        TrainingJobSpec.model_validate(raw)
+    return [(".".join(map(str, e["loc"])), e["msg"]) for e in caught.value.errors()]
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    parsed = TrainingJobSpec.model_validate(spec())
+    assert (parsed.trainer.num_nodes, parsed.trainer.num_proc_per_node) == (1, 1)
+    assert parsed.efficiency.mode is EfficiencyMode.RECOMMEND
+    assert parsed.efficiency.window == "15m"
+    assert parsed.telemetry.instrumentation is Instrumentation.AUTO
+    assert parsed.telemetry.sample_interval_seconds == 1.0
+    assert parsed.checkpoint.enabled is False
+    assert parsed.run_policy.suspend is False
+
+
+def test_round_trip_is_camel_case_without_nulls() -> None:
+    raw = spec(efficiency={"tunables": {"batchSize": {"env": "BATCH_SIZE", "min": 8, "max": 512}}})
+    out = TrainingJobSpec.model_validate(raw).to_k8s()
+    assert out["trainer"] == {
+        "image": "pytorch/pytorch:latest",
+        "numNodes": 1,
+        "numProcPerNode": 1,
+        "env": [],
+        "envFrom": [],
+        "volumeMounts": [],
+        "resourcesPerNode": {},
+    }
+    assert out["efficiency"]["tunables"]["batchSize"] == {"env": "BATCH_SIZE", "min": 8, "max": 512}
+    assert TrainingJobSpec.model_validate(out) == TrainingJobSpec.model_validate(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "where", "says"),
+    [
+        ({"trainer": {}}, "trainer.image", "Field required"),
+        (spec(trainer={"image": "x", "numNodes": 0}), "trainer.numNodes", "greater than or equal to 1"),
+        (spec(trainer={"image": "x", "numNode": 2}), "trainer.numNode", "Extra inputs are not permitted"),
+        (
+            spec(trainer={"image": "x", "resourcesPerNode": {"limits": {"memory": "lots"}}}),
+            "trainer.resourcesPerNode.limits.memory",
+            "is not a Kubernetes quantity",
+        ),
+        (
+            spec(efficiency={"window": "fifteen minutes"}),
+            "efficiency.window",
+            "is not a duration (examples: 90s",
+        ),
+        (
+            spec(efficiency={"mode": "Auto"}),
+            "efficiency.mode",
+            "Input should be 'Observe', 'Recommend' or 'Enforce'",
+        ),
+        (
+            spec(efficiency={"thresholds": {"gpuUtilization": 120}}),
+            "efficiency.thresholds.gpuUtilization",
+            "less than or equal to 100",
+        ),
+        (spec(efficiency={"actions": ["Pack", "Pack"]}), "efficiency", "actions must not repeat"),
+        (
+            spec(efficiency={"tunables": {"batchSize": {"env": "B", "min": 64, "max": 8}}}),
+            "efficiency.tunables.batchSize",
+            "min (64) must not exceed max (8)",
+        ),
+        (spec(telemetry={"sampleIntervalSeconds": 0}), "telemetry.sampleIntervalSeconds", "greater than 0"),
+        (spec(checkpoint={"timeoutSeconds": 0}), "checkpoint.timeoutSeconds", "greater than or equal to 1"),
+        (
+            spec(
+                trainer={
+                    "image": "x",
+                    "env": [{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+                }
+            ),
+            "trainer.env.0",
+            "set either value or valueFrom, not both",
+        ),
+    ],
+)
+def test_bad_input_names_the_field(raw: dict[str, object], where: str, says: str) -> None:
+    problems = errors(raw)
+    assert any(loc == where and says in msg for loc, msg in problems), problems
+
+
+def test_yaml_off_is_not_an_instrumentation_mode() -> None:
+    # YAML 1.1 reads an unquoted Off as the boolean false: no enum value may look like one.
+    raw = yaml.safe_load("trainer: {image: x}\ntelemetry: {instrumentation: Off}\n")
+    assert raw["telemetry"]["instrumentation"] is False
+    assert errors(raw)[0][0] == "telemetry.instrumentation"
+    for value in Instrumentation:
+        assert isinstance(yaml.safe_load(f"v: {value.value}")["v"], str)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("15m", 900), ("1h30m", 5400), ("250ms", 0.25)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "15", "0s", "1d", "m15"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
