@@ -56,41 +56,33 @@ class Kube:
                 self._client = await asyncio.to_thread(DynamicClient, self._api_client)
         return self._client.resources.get(api_version=api_version, kind=kind)
 
+    @staticmethod
+    async def _call(method: Any, expected: type[Exception] | None = None, **kwargs: Any) -> JsonDict | None:
+        """Run a blocking client call in a thread: None for the `expected` refusal, ApiError for others."""
+        try:
+            result = await asyncio.to_thread(method, **kwargs)
+        except Exception as exc:
+            if expected is not None and isinstance(exc, expected):
+                return None
+            raise _message(exc) from exc
+        as_dict: JsonDict = result.to_dict()
+        return as_dict
+
     async def create(self, body: JsonDict) -> JsonDict | None:
         """Create the object; None if one of that name already exists."""
         resource = await self._resource(body["apiVersion"], body["kind"])
         namespace = body["metadata"].get("namespace")
-        try:
-            created = await asyncio.to_thread(resource.create, body=body, namespace=namespace)
-        except ConflictError:
-            return None
-        except Exception as exc:
-            raise _message(exc) from exc
-        result: JsonDict = created.to_dict()
-        return result
+        return await self._call(resource.create, ConflictError, body=body, namespace=namespace)
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> JsonDict | None:
+        """The object, or None if there is none."""
         resource = await self._resource(api_version, kind)
-        try:
-            found = await asyncio.to_thread(resource.get, name=name, namespace=namespace)
-        except NotFoundError:
-            return None
-        except Exception as exc:
-            raise _message(exc) from exc
-        result: JsonDict = found.to_dict()
-        return result
+        return await self._call(resource.get, NotFoundError, name=name, namespace=namespace)
 
     async def patch(
         self, api_version: str, kind: str, namespace: str, name: str, body: JsonDict, *, status: bool = False
-    ) -> JsonDict:
+    ) -> JsonDict | None:
         """JSON merge-patch the object, or its status subresource."""
         resource = await self._resource(api_version, kind)
         target = resource.status if status else resource
-        try:
-            patched = await asyncio.to_thread(
-                target.patch, name=name, namespace=namespace, body=body, content_type=MERGE_PATCH
-            )
-        except Exception as exc:
-            raise _message(exc) from exc
-        result: JsonDict = patched.to_dict()
-        return result
+        return await self._call(target.patch, name=name, namespace=namespace, body=body, content_type=MERGE_PATCH)
