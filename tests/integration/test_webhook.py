@@ -22,7 +22,7 @@ def webhook_port() -> int:
 
 @pytest.fixture
 def operator_args(webhook_port: int) -> list[str]:
-    return [f"--webhook-port={webhook_port}", "--webhook-insecure", "--webhook-host=127.0.0.1"]
+    return [f"--webhook-port={webhook_port}", "--webhook-insecure", "--webhook-host=127.0.0.1", "--webhook-managed"]
 
 
 def admission_review(pod: dict[str, Any]) -> dict[str, Any]:
@@ -106,3 +106,18 @@ def _try(fn: Any, *args: Any) -> Any:
         return fn(*args)
     except OSError:
         return None
+
+
+def test_managed_configuration_selects_only_labelled_pods_and_fails_open(cluster: Cluster, operator: Operator) -> None:
+    configs = eventually(
+        lambda: cluster.list("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", namespace=None),
+        timeout=30,
+        what="the MutatingWebhookConfiguration",
+    )
+    (webhook,) = [w for c in configs for w in c["webhooks"] if "inject-sidecar" in w["name"]]
+    assert webhook["objectSelector"] == {
+        "matchExpressions": [{"key": "gpuwise.io/inject", "operator": "In", "values": ["true"]}]
+    }
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["rules"][0]["operations"] == ["CREATE"]
+    assert webhook["rules"][0]["resources"] == ["pods"]

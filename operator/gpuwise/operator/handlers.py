@@ -140,6 +140,8 @@ def register_webhook(registry: kopf.OperatorRegistry, settings: OperatorSettings
         labels={wiring.LABEL_INJECT: "true"},
         operation="CREATE",
         id="inject-sidecar",
+        # Telemetry must never block a workload: with the operator down, pods start without it.
+        ignore_failures=True,
         registry=registry,
     )
     def inject(body: kopf.Body, annotations: kopf.Annotations, patch: kopf.Patch, **_: Any) -> None:
