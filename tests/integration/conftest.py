@@ -55,7 +55,7 @@ class Cluster:
             return None
         return found
 
-    def list(self, api_version: str, kind: str, namespace: str = "default", **kw: Any) -> list[dict[str, Any]]:
+    def list(self, api_version: str, kind: str, namespace: str | None = "default", **kw: Any) -> list[dict[str, Any]]:
         items = self.api(api_version, kind).get(namespace=namespace, **kw).items
         return [item.to_dict() for item in items]
 
