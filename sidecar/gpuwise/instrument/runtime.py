@@ -7,6 +7,7 @@ there is nobody to tell, and every call of the public API is a cheap no-op.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -47,6 +48,7 @@ def _resolve() -> Tracker | None:
     if path and mode() != "disabled":
         tracker = _Process.tracker = Tracker(Sender(path), rank=_local_rank())
         os.register_at_fork(after_in_child=tracker.forked)
+        atexit.register(tracker.flush)
     _Process.resolved = True
     return _Process.tracker
 

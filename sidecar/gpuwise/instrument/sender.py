@@ -2,7 +2,8 @@
 
 The training loop must never wait for, nor hear about, the sidecar: the socket is non-blocking,
 every failure (sidecar not there yet, gone, queue full) is counted and swallowed, and the count
-travels in later datagrams so the sidecar can say how many were lost.
+travels in later datagrams so the sidecar can say how many were lost. `send` says whether the
+datagram left, so the tracker knows when its latest totals are still owed.
 """
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ class Sender:
         except OSError:  # no AF_UNIX here, or out of descriptors: count every send as dropped
             self._socket = None
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes) -> bool:
         sock = self._socket
         if sock is None:
             self.dropped += 1
-            return
+            return False
         try:
             sock.sendto(data, self._path)
         except Exception:
             self.dropped += 1
+            return False
+        return True
 
     def close(self) -> None:
         if self._socket is not None:

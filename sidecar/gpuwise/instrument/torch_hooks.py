@@ -6,6 +6,8 @@
 - **Input wait** is the time inside a DataLoader iterator's `__next__`: the loop is blocked on
   input for exactly that long, whatever the workers do meanwhile. The batch's leading dimension
   gives the samples, and the iterator its loader's `num_workers`, `pin_memory` and batch size.
+  Batches fetched with gradients off (evaluation under `no_grad`/`inference_mode`) belong to no
+  step: they are not counted, and the next training batch starts the next step's clock afresh.
 - **Mixed precision** is noticed when `torch.autocast` is entered enabled during a step.
 - **CUDA memory peaks** are read at most once a second (the statistics call is not cheap), only
   once the program has initialised CUDA itself (initialising it from here would break DataLoader
@@ -34,7 +36,7 @@ def install(torch: Any, tracker: Tracker) -> Callable[[], None]:
     handle = register_optimizer_step_post_hook(_step_hook(tracker))
     undo = [
         handle.remove,
-        _patch(_BaseDataLoaderIter, "__next__", _timed_next(tracker)),
+        _patch(_BaseDataLoaderIter, "__next__", _timed_next(tracker, torch.is_grad_enabled)),
         _patch(autocast, "__enter__", _noticed_enter(tracker)),
     ]
     tracker.autocast_known = tracker.hooked = True
@@ -68,7 +70,9 @@ def _step_hook(tracker: Tracker) -> Callable[[Any, Any, Any], None]:
     return on_optimizer_step
 
 
-def _timed_next(tracker: Tracker) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+def _timed_next(
+    tracker: Tracker, training: Callable[[], bool]
+) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
     clock = time.perf_counter
     # The iterator that fed the latest batch: its loader's set-up is the one reported.
     last: list[weakref.ref[Any] | None] = [None]
@@ -76,8 +80,11 @@ def _timed_next(tracker: Tracker) -> Callable[[Callable[[Any], Any]], Callable[[
     def wrap(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         @functools.wraps(original)
         def __next__(self: Any) -> Any:
-            tracker.begin()
+            if not training():
+                tracker.pause()
+                return original(self)
             start = clock()
+            tracker.begin(start)
             try:
                 batch = original(self)
             except StopIteration:

@@ -4,6 +4,9 @@ One `Tracker` per process. Every step ends in `end_step`, which is what the 20 Â
 about: a clock read, some additions, one `struct.pack` and one non-blocking `sendto`. Anything
 slower (CUDA memory statistics) runs at most once a second. There is no lock: a training loop
 steps from one thread, and a lost update in a racy corner costs a count, never a crash.
+
+Since datagrams carry running totals, a dropped one is made good by the next; only the last of a
+run has no successor, so `flush` (registered at exit) sends it again if it did not leave.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Final
 
 from gpuwise.instrument import wire
 from gpuwise.instrument.sender import Sender
 
 # How often the (slower) memory probe may run, in seconds.
-PROBE_INTERVAL = 1.0
+PROBE_INTERVAL: Final = 1.0
+# At exit, how long to keep retrying the final totals if the sidecar's queue is full.
+FLUSH_SECONDS: Final = 0.2
 
 MemoryProbe = Callable[[], "tuple[int, int] | None"]
 
@@ -26,6 +32,9 @@ class Tracker:
         "_autocast_seen",
         "_boundary",
         "_clock",
+        "_last_duration",
+        "_owed",
+        "_paused",
         "_pending_samples",
         "_pending_wait",
         "_probe_at",
@@ -57,11 +66,15 @@ class Tracker:
         self.pid = os.getpid()
         # perf_counter() of the previous step's end, or of the first step's start once known.
         self._boundary: float | None = None
+        # Input is being fetched outside training (evaluation): the next step starts afresh.
+        self._paused = False
         self._pending_wait = 0.0
         self._pending_samples = 0
         self._samples_known = False
         self._autocast_seen = False
         self._probe_at = float("-inf")
+        self._last_duration = 0.0
+        self._owed = False  # the latest totals did not leave
         # An explicit step_end() was seen: the optimizer hook stops marking steps.
         self.manual = False
         # Framework hooks (torch_hooks) feed this tracker.
@@ -78,10 +91,18 @@ class Tracker:
         self.cuda_reserved_peak = wire.UNKNOWN
         self.memory_probe: MemoryProbe | None = None
 
-    def begin(self) -> None:
-        """Mark the start of the first step, if nothing has yet (the first batch request does)."""
-        if self._boundary is None:
-            self._boundary = self._clock()
+    def begin(self, at: float | None = None) -> None:
+        """Mark that a step is under way: the first step, or the first after a pause, starts now."""
+        if self._boundary is None or self._paused:
+            self._boundary = self._clock() if at is None else at
+            self._paused = False
+
+    def pause(self) -> None:
+        """Input is fetched for something other than training (evaluation, say): not a step's.
+
+        The time until training resumes belongs to no step: the next `begin` restarts the clock.
+        """
+        self._paused = True
 
     def add_wait(self, seconds: float, samples: int | None) -> None:
         """Account time spent waiting for input, and the samples that input carried."""
@@ -118,13 +139,22 @@ class Tracker:
         if self.memory_probe is not None and now - self._probe_at >= PROBE_INTERVAL:
             self._probe_at = now
             self._probe_memory()
-        self._sender.send(self._encode(duration))
+        self._last_duration = duration
+        self._owed = not self._sender.send(self._encode())
+        self._autocast_seen = False
 
-    def _encode(self, duration: float) -> bytes:
+    def flush(self) -> None:
+        """Resend the latest totals if they did not leave; briefly retry. For the end of a run."""
+        deadline = self._clock() + FLUSH_SECONDS
+        while self._owed and self._clock() < deadline:
+            self._owed = not self._sender.send(self._encode())
+            if self._owed:
+                time.sleep(0.002)
+
+    def _encode(self) -> bytes:
         flags = 0
         if self.autocast_known:
             flags |= wire.AUTOCAST_KNOWN | (wire.AUTOCAST_ON if self._autocast_seen else 0)
-            self._autocast_seen = False
         if self.pin_memory is not None:
             flags |= wire.PIN_MEMORY_KNOWN | (wire.PIN_MEMORY_ON if self.pin_memory else 0)
         if self._samples_known:
@@ -137,7 +167,7 @@ class Tracker:
             self.samples,
             self.step_seconds,
             self.wait_seconds,
-            duration,
+            self._last_duration,
             self.num_workers,
             self.batch_size,
             self.cuda_allocated_peak,
@@ -154,5 +184,6 @@ class Tracker:
             self.cuda_allocated_peak, self.cuda_reserved_peak = peaks
 
     def forked(self) -> None:
-        """In a forked child (a DataLoader worker): a new pid, and nothing to report as its own."""
+        """In a forked child (a DataLoader worker): a new pid, and nothing owed."""
         self.pid = os.getpid()
+        self._owed = False

@@ -21,7 +21,7 @@ from gpuwise.sidecar.exposition import format_value
 from gpuwise.sidecar.identity import Identity
 from gpuwise.sidecar.receiver import Receiver
 from gpuwise.sidecar.sampler import Sampler, Snapshot
-from gpuwise.sidecar.steps import BOUNDS, ProcessSteps
+from gpuwise.sidecar.steps import BOUNDS, ProcessSteps, StepBook
 
 Labels = dict[str, str]
 VERSION: Final = "0.1.0"
@@ -90,7 +90,8 @@ class SidecarCollector(Collector):
         self,
         identity: Identity,
         sampler: Sampler | None,
-        receiver: Receiver,
+        book: StepBook,
+        receiver: Receiver | None = None,
         *,
         backend: str,
         scenario: str = "",
@@ -98,6 +99,7 @@ class SidecarCollector(Collector):
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._sampler = sampler
+        self._book = book
         self._receiver = receiver
         self._labels = Labeller(identity, simulated)
         self._info = {
@@ -114,7 +116,7 @@ class SidecarCollector(Collector):
             device_families = list(self._device_families(snapshot)) if snapshot is not None else []
             self._cached = (snapshot, device_families)
         yield from device_families
-        yield from self._step_families(self._receiver.book.processes())
+        yield from self._step_families(self._book.processes())
         yield from self._sidecar_families(snapshot)
 
     def _device_families(self, snapshot: Snapshot) -> Families:
@@ -168,9 +170,10 @@ class SidecarCollector(Collector):
             families.add(catalog.SAMPLE_ROUNDS, job, snapshot.rounds)
             families.add(catalog.SAMPLE_DURATION, job, snapshot.duration)
             families.add(catalog.LAST_SAMPLE, job, snapshot.taken_at)
-        families.add(catalog.EVENTS_RECEIVED, job, self._receiver.received)
-        for reason, count in sorted(self._receiver.dropped.items()):
-            families.add(catalog.EVENTS_DROPPED, {**job, "reason": reason}, count)
+        if self._receiver is not None:
+            families.add(catalog.EVENTS_RECEIVED, job, self._receiver.received)
+            for reason, count in sorted(self._receiver.dropped.items()):
+                families.add(catalog.EVENTS_DROPPED, {**job, "reason": reason}, count)
         return families
 
 

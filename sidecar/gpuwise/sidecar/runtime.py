@@ -75,6 +75,7 @@ class Sidecar:
             SidecarCollector(
                 self.identity,
                 self.sampler,
+                self.book,
                 self.receiver,
                 backend=self.backend.name if self.backend is not None else "none",
                 scenario=self.backend.scenario if self.backend is not None else "",
