@@ -1,0 +1,1 @@
+"""`gpuwise run`: a training command, instrumented, with an embedded sidecar and a report."""
