@@ -1,0 +1,234 @@
+"""The training-side library: the wire format, the tracker's totals, sending that never hurts."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwise.instrument import wire
+from gpuwise.instrument.sender import Sender
+from gpuwise.instrument.tracker import Tracker
+from tests.sidecar.conftest import Inbox
+from tests.sidecar.support import ROOT, environment
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def event(**changes: Any) -> wire.StepEvent:
+    base = wire.StepEvent(1, 0, 0, 1, 32, 0.5, 0.2, 0.5, 2, 32, -1, -1, 0)
+    return base._replace(**changes)
+
+
+def test_an_event_is_80_bytes_and_round_trips() -> None:
+    original = event(steps=7, wait_seconds=0.25, flags=wire.SAMPLES_KNOWN | wire.PIN_MEMORY_KNOWN)
+    data = wire.encode(original)
+    assert len(data) == wire.SIZE == 80
+    assert wire.decode(data) == original
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"GW" + bytes(78),  # wrong version and kind
+        b"XX" + wire.encode(event())[2:],  # wrong magic
+        wire.encode(event()) + b"!",  # too long
+        wire.encode(event(step_seconds=math.nan)),
+        wire.encode(event(last_step_seconds=-1.0)),
+        wire.encode(event(step_seconds=1.0, wait_seconds=5.0)),  # waited longer than it stepped
+    ],
+)
+def test_malformed_datagrams_are_rejected(data: bytes) -> None:
+    with pytest.raises(wire.MalformedEvent):
+        wire.decode(data)
+
+
+def test_tracker_reports_running_totals(inbox: Inbox) -> None:
+    clock = Clock()
+    tracker = Tracker(Sender(str(inbox.path)), rank=3, clock=clock)
+    tracker.begin()  # the first batch is requested: the first step starts
+    clock.now += 0.3
+    tracker.add_wait(0.3, 16)
+    clock.now += 0.2
+    tracker.end_step()
+    tracker.add_wait(0.1, 16)
+    clock.now += 0.5
+    tracker.end_step(samples=20)  # an explicit count wins over the loader's
+    first, second = inbox.receive(2)
+    assert (first.rank, first.steps, first.samples) == (3, 1, 16)
+    assert first.step_seconds == pytest.approx(0.5)
+    assert first.wait_seconds == pytest.approx(0.3)
+    assert (second.steps, second.samples) == (2, 36)
+    assert second.step_seconds == pytest.approx(1.0)
+    assert second.wait_seconds == pytest.approx(0.4)
+    assert second.last_step_seconds == pytest.approx(0.5)
+    assert second.flags & wire.SAMPLES_KNOWN
+    assert (second.num_workers, second.batch_size, second.dropped) == (wire.UNKNOWN, wire.UNKNOWN, 0)
+
+
+def test_tracker_reports_the_loader_autocast_and_memory(inbox: Inbox) -> None:
+    clock = Clock()
+    tracker = Tracker(Sender(str(inbox.path)), clock=clock)
+    tracker.set_loader(num_workers=4, pin_memory=True, batch_size=64)
+    tracker.autocast_known = True
+    probes: list[float] = []
+
+    def probe() -> tuple[int, int]:
+        probes.append(clock.now)
+        return 1000, 2000
+
+    tracker.memory_probe = probe
+    tracker.saw_autocast()
+    tracker.end_step()
+    clock.now += 0.5
+    tracker.end_step()
+    clock.now += 0.6
+    tracker.end_step()
+    first, second, _ = inbox.receive(3)
+    assert (first.num_workers, first.batch_size) == (4, 64)
+    assert first.flags & wire.PIN_MEMORY_KNOWN and first.flags & wire.PIN_MEMORY_ON
+    assert first.flags & wire.AUTOCAST_ON and not second.flags & wire.AUTOCAST_ON
+    assert second.flags & wire.AUTOCAST_KNOWN
+    assert (first.cuda_allocated_peak, first.cuda_reserved_peak) == (1000, 2000)
+    assert probes == [100.0, 101.1], "the probe runs at most once a second"
+
+
+def test_a_broken_memory_probe_costs_the_reading_only(inbox: Inbox) -> None:
+    tracker = Tracker(Sender(str(inbox.path)))
+    tracker.memory_probe = lambda: (1 // 0, 0)
+    tracker.end_step()
+    assert inbox.receive()[0].cuda_allocated_peak == wire.UNKNOWN
+
+
+def test_sending_without_a_sidecar_is_counted_and_never_raises(short_tmp: Path) -> None:
+    sender = Sender(str(short_tmp / "nobody-listens.sock"))
+    tracker = Tracker(sender)
+    for _ in range(5):
+        tracker.end_step()
+    assert sender.dropped == 5
+
+
+def test_a_full_queue_drops_without_blocking_and_later_events_say_so(inbox: Inbox) -> None:
+    sender = Sender(str(inbox.path))
+    tracker = Tracker(sender)
+    started = time.perf_counter()
+    for _ in range(500):  # nobody reads: the socket queue fills after a few datagrams
+        tracker.end_step()
+    assert time.perf_counter() - started < 1.0
+    assert sender.dropped > 0
+    queued = inbox.pending()
+    tracker.end_step()
+    last = inbox.receive()[0]
+    assert last.steps == 501, "running totals: the dropped steps are still counted"
+    assert last.dropped == sender.dropped == 500 - len(queued)
+
+
+def test_the_hot_path_costs_under_20_microseconds(short_tmp: Path) -> None:
+    path = short_tmp / "drain.sock"
+    reader = textwrap.dedent(
+        f"""
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.bind({str(path)!r})
+        print(flush=True)
+        while True:
+            s.recv(256)
+        """
+    )
+    drain = subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE)
+    try:
+        assert drain.stdout is not None
+        drain.stdout.readline()
+        tracker = Tracker(Sender(str(path)))
+        costs = []
+        for _ in range(3000):
+            tracker.add_wait(0.001, 32)
+            started = time.perf_counter()
+            tracker.end_step()
+            costs.append(time.perf_counter() - started)
+            time.sleep(0)
+        assert statistics.median(costs) < 20e-6, f"median {statistics.median(costs) * 1e6:.1f} µs"
+    finally:
+        drain.kill()
+        drain.wait()
+
+
+API_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from gpuwise import instrument
+    with instrument.step(samples=8):
+        with instrument.data_wait():
+            time.sleep(0.05)
+        time.sleep(0.05)
+    try:
+        with instrument.step(samples=8):
+            raise RuntimeError("a failed step is not a step")
+    except RuntimeError:
+        pass
+    instrument.step_end(samples="not a number")  # never raises into the training loop
+    instrument.step_end(samples=4)
+    print("done")
+    """
+)
+
+
+def run_api_script(**env: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", API_SCRIPT]
+    return subprocess.run(
+        command, env=environment(**env), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_explicit_api(inbox: Inbox) -> None:
+    result = run_api_script(GPUWISE_SOCKET=str(inbox.path), GPUWISE_INSTRUMENT="manual")
+    assert result.stdout == "done\n", result.stderr
+    first, second, third = inbox.receive(3)
+    assert first.steps == 1 and first.samples == 8
+    assert first.wait_seconds == pytest.approx(0.05, abs=0.03)
+    assert first.step_seconds == pytest.approx(0.1, abs=0.05)
+    assert second.steps == 2 and second.samples == 8, "a bad samples value counts the step, not the samples"
+    assert third.steps == 3 and third.samples == 12
+    assert inbox.pending() == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "warning"),
+    [("disabled", ""), ("sometimes", "GPUWISE_INSTRUMENT='sometimes' is not one of auto, manual, disabled")],
+)
+def test_reporting_can_be_turned_off(inbox: Inbox, mode: str, warning: str) -> None:
+    result = run_api_script(GPUWISE_SOCKET=str(inbox.path), GPUWISE_INSTRUMENT=mode)
+    assert result.stdout == "done\n"
+    assert warning in result.stderr and result.stderr.count("gpuwise:") == (1 if warning else 0)
+    assert inbox.pending() == []
+
+
+def test_without_a_socket_the_api_is_a_no_op() -> None:
+    result = run_api_script()
+    assert (result.stdout, result.stderr) == ("done\n", "")
+
+
+def test_the_final_totals_are_resent_at_exit(inbox: Inbox) -> None:
+    tracker = Tracker(Sender(str(inbox.path)))
+    for _ in range(100):  # the queue fills: the last datagrams do not leave
+        tracker.end_step()
+    received = inbox.pending()
+    assert received[-1].steps < 100
+    tracker.flush()
+    assert inbox.receive()[0].steps == 100
+    tracker.flush()  # nothing owed any more
+    assert inbox.pending() == []

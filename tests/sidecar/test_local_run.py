@@ -1,0 +1,100 @@
+"""`gpuwise run`: a command, instrumented, with an embedded sidecar, a summary and a report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.sidecar.support import ROOT, environment
+
+
+def gpuwise_run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "gpuwise.cli", "run", *args]
+    return subprocess.run(command, env=environment(), cwd=cwd, capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch (CPU build is enough)")
+def test_a_real_training_run_and_its_reports(short_tmp: Path) -> None:
+    script = ROOT / "examples" / "train_slow_input.py"
+    result = gpuwise_run(
+        "--report", str(short_tmp / "run.json"), "--report", str(short_tmp / "run.html"),
+        "--", sys.executable, str(script), "--steps", "12", "--load-ms", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "trained 12 steps" in result.stdout, "the command's own output passes through"
+    report = json.loads((short_tmp / "run.json").read_text())
+    assert report["steps"] == 12 and report["samples"] == 12 * 32
+    assert [s["step"] for s in report["per_step"]] == list(range(1, 13))
+    assert report["breakdown"]["data_wait_ratio"] > 0.5
+    assert report["setup"] == {"num_workers": 0, "pin_memory": False, "batch_size": 32, "autocast": False}
+    assert report["backend"]["name"] in {"none", "nvml"}
+    assert "of step time waiting for input" in report["findings"][0]
+    page = (short_tmp / "run.html").read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and "waiting for input" in page
+
+
+def test_exit_code_and_a_run_without_steps(short_tmp: Path) -> None:
+    result = gpuwise_run("--report", str(short_tmp / "r.json"), "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert result.returncode == 3
+    report = json.loads((short_tmp / "r.json").read_text())
+    assert (report["exit_code"], report["steps"]) == (3, 0)
+    assert report["findings"][0].startswith("No training step was observed")
+
+
+def test_simulated_gpus_and_prometheus_while_it_runs(short_tmp: Path) -> None:
+    from tests.sidecar.support import free_port
+
+    port = free_port()
+    child = textwrap.dedent(
+        f"""
+        import time, urllib.request
+        from gpuwise import instrument
+        for _ in range(5):
+            with instrument.data_wait():
+                time.sleep(0.01)
+            time.sleep(0.01)
+            instrument.step_end(samples=2)
+        time.sleep(1.2)  # let a few GPU samples be taken
+        text = urllib.request.urlopen("http://127.0.0.1:{port}/metrics").read().decode()
+        print("DCGM_FI_DEV_GPU_UTIL" in text, "gpuwise_steps_total" in text)
+        """
+    )
+    result = gpuwise_run(
+        "--simulate", "data-starved", "--gpus", "2", "--interval", "0.2", "--prometheus-port", str(port),
+        "--report", str(short_tmp / "sim.json"), "--", sys.executable, "-c", child,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "True True" in result.stdout
+    assert "simulated: 2 GPU(s) playing 'data-starved'" in result.stdout
+    report = json.loads((short_tmp / "sim.json").read_text())
+    assert report["steps"] == 5 and report["backend"] == {
+        "name": "simulated",
+        "scenario": "data-starved",
+        "note": report["backend"]["note"],
+    }
+    assert {record["gpu"] for record in report["trace"]} == {0, 1}
+    assert [gpu["gpu"] for gpu in report["gpus"]] == [0, 1]
+    assert report["gpus"][0]["mean_util"] < 50
+    assert 0.3 < report["breakdown"]["data_wait_ratio"] < 0.8
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        ([], 2, "give the command to run after --"),
+        (["--", "no-such-command-gpuwise"], 127, "cannot run 'no-such-command-gpuwise'"),
+        (["--gpus", "0", "--", "true"], 2, "--gpus must be between 1 and 64"),
+        (["--simulate", "warp-speed", "--", "true"], 2, "invalid choice: 'warp-speed'"),
+    ],
+)
+def test_bad_usage_says_what_to_fix(args: list[str], code: int, message: str) -> None:
+    result = gpuwise_run(*args)
+    assert result.returncode == code
+    assert message in result.stdout + result.stderr
