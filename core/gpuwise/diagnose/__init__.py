@@ -1,0 +1,1 @@
+"""Diagnose: pure functions that turn a window of samples into findings with evidence."""

@@ -1,0 +1,166 @@
+"""Straggler detection: a worker whose step time rises against its own past and its peers.
+
+In synchronous data-parallel training every step waits for the slowest worker, so one worker
+running 25 % slower makes the whole job 25 % slower. The detector looks for exactly that, and
+only that:
+
+1. **Against the peers.** Each sample is divided by the median of all workers at the same moment.
+   A job-wide slowdown (a slow checkpoint, a shared-storage hiccup) moves the median too and
+   cancels out: it is not a straggler.
+2. **Against its own past.** Workers differ steadily (another GPU model, a busier node); each
+   worker's ratio is compared with its own trailing baseline, so a worker that was always 8 %
+   slower is not flagged for being 8 % slower. That steady difference is reported separately
+   and more mildly by `persistent_slow_workers()`.
+3. **Material and clear.** A sample counts as slow when it is both at least `min_slowdown` times
+   its baseline and `min_z` robust standard deviations (MAD-based) above it, so noisy workers
+   need a larger jump than quiet ones.
+4. **Sustained, with hysteresis.** An episode opens when `enter_count` of the last `enter_window`
+   samples are slow; it stays open while samples stay above a lower threshold (half the entry
+   slowdown) and closes after `exit_after` normal samples in a row. Samples inside an episode
+   never update the baseline, so a long episode cannot teach the detector that slow is normal.
+
+The defaults come from those principles, not from any one trace; `bench/stragglers.py` runs them
+on Alibaba PAI traces the detector was not fitted to.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma from its median absolute deviation
+
+
+@dataclass(frozen=True)
+class StragglerPolicy:
+    min_slowdown: float = 1.25
+    min_z: float = 4.0
+    # Noise floor: never treat a worker as steadier than 2 % of its baseline.
+    min_relative_sigma: float = 0.02
+    baseline_samples: int = 30
+    warmup_samples: int = 10
+    enter_window: int = 4
+    enter_count: int = 3
+    exit_after: int = 3
+
+    def __post_init__(self) -> None:
+        if self.min_slowdown <= 1:
+            raise ValueError(f"min_slowdown must exceed 1 (got {self.min_slowdown})")
+        if not 1 <= self.enter_count <= self.enter_window:
+            raise ValueError("enter_count must be between 1 and enter_window")
+        if self.warmup_samples < 2 or self.baseline_samples < self.warmup_samples:
+            raise ValueError("need warmup_samples ≥ 2 and baseline_samples ≥ warmup_samples")
+
+    @property
+    def stay_slowdown(self) -> float:
+        return 1 + (self.min_slowdown - 1) / 2
+
+
+@dataclass(frozen=True)
+class Episode:
+    worker: int
+    start: float
+    end: float
+    peak_slowdown: float  # worst sample against the worker's own baseline
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "worker": self.worker,
+            "start": self.start,
+            "end": self.end,
+            "peak_slowdown": round(self.peak_slowdown, 3),
+        }
+
+
+def peer_ratios(samples: Iterable[tuple[float, int, float]]) -> dict[int, list[tuple[float, float]]]:
+    """Each worker's (time, step time ÷ median step time of all workers at that time)."""
+    by_time: dict[float, dict[int, float]] = collections.defaultdict(dict)
+    for time, worker, value in samples:
+        if value > 0:
+            by_time[time][worker] = value
+    ratios: dict[int, list[tuple[float, float]]] = collections.defaultdict(list)
+    for time in sorted(by_time):
+        row = by_time[time]
+        if len(row) < 3:  # a median of one or two workers says nothing about peers
+            continue
+        median = statistics.median(row.values())
+        for worker, value in row.items():
+            ratios[worker].append((time, value / median))
+    return dict(ratios)
+
+
+@dataclass
+class _WorkerState:
+    policy: StragglerPolicy
+    history: collections.deque[float] = field(init=False)
+    recent: collections.deque[tuple[float, bool]] = field(init=False)
+    start: float | None = None
+    last_slow: float = 0.0
+    normal_streak: int = 0
+    peak: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.history = collections.deque(maxlen=self.policy.baseline_samples)
+        self.recent = collections.deque(maxlen=self.policy.enter_window)
+
+    def baseline(self) -> tuple[float, float]:
+        base = statistics.median(self.history)
+        mad = statistics.median(abs(h - base) for h in self.history)
+        return base, max(MAD_TO_SIGMA * mad, self.policy.min_relative_sigma * base)
+
+    def step(self, time: float, ratio: float) -> tuple[float, float, float] | None:
+        """Feed one sample; returns (start, end, peak) when an episode closes."""
+        policy = self.policy
+        if len(self.history) < policy.warmup_samples:
+            self.history.append(ratio)
+            return None
+        base, sigma = self.baseline()
+        slowdown, z = ratio / base, (ratio - base) / sigma
+        if self.start is None:
+            slow = slowdown >= policy.min_slowdown and z >= policy.min_z
+            self.recent.append((time, slow))
+            if slow and sum(s for _, s in self.recent) >= policy.enter_count:
+                self.start = next(t for t, s in self.recent if s)
+                self.last_slow, self.normal_streak, self.peak = time, 0, slowdown
+            elif not slow:
+                self.history.append(ratio)
+            return None
+        if slowdown >= policy.stay_slowdown and z >= policy.min_z / 2:
+            self.last_slow, self.normal_streak = time, 0
+            self.peak = max(self.peak, slowdown)
+            return None
+        self.normal_streak += 1
+        if self.normal_streak < policy.exit_after:
+            return None
+        return self.close()
+
+    def close(self) -> tuple[float, float, float] | None:
+        if self.start is None:
+            return None
+        episode = (self.start, self.last_slow, self.peak)
+        self.start = None
+        self.recent.clear()
+        return episode
+
+
+def detect_stragglers(
+    samples: Iterable[tuple[float, int, float]], policy: StragglerPolicy | None = None
+) -> list[Episode]:
+    """Straggler episodes in (time, worker, step time) samples, in time order."""
+    policy = policy or StragglerPolicy()
+    episodes: list[Episode] = []
+    for worker, series in peer_ratios(samples).items():
+        state = _WorkerState(policy)
+        closed = [state.step(time, ratio) for time, ratio in series] + [state.close()]
+        episodes += [Episode(worker, start, end, peak) for start, end, peak in filter(None, closed)]
+    return sorted(episodes, key=lambda e: (e.start, e.worker))
+
+
+def persistent_slow_workers(
+    samples: Iterable[tuple[float, int, float]], min_slowdown: float = 1.05
+) -> Mapping[int, float]:
+    """Workers steadily slower than their peers over the whole series (median peer ratio)."""
+    typical = {w: statistics.median(r for _, r in series) for w, series in peer_ratios(samples).items()}
+    return {w: round(ratio, 3) for w, ratio in sorted(typical.items()) if ratio >= min_slowdown}
