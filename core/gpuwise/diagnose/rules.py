@@ -1,0 +1,225 @@
+"""Why a job underuses its GPUs: one function per reason practitioners know, with evidence.
+
+Each rule reads a `JobWindow`, decides whether its condition is sustained, and returns a
+`Finding` (what is wrong, how sure we are, the numbers that show it) with the `Recommendation`
+that would fix it — concrete values for the job's declared tunables, within their bounds. Rules
+only recommend what the job said it can take (`spec.efficiency.tunables`); a finding without a
+matching tunable still explains itself, with an empty change set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuwise.api.trainingjob import ActionKind, Finding, Recommendation, Tunables
+from gpuwise.diagnose.window import JobWindow, Sustain, holds
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    gpu_utilization: float = 50.0  # % below which a GPU is underused (spec.efficiency.thresholds)
+    data_wait_fraction: float = 0.2  # above this share of step time, input is the bottleneck
+    memory_headroom: float = 0.5  # below this share of GPU memory used, the batch can grow
+    safe_memory_fraction: float = 0.85  # grow the batch up to this share of GPU memory
+    idle_seconds: float = 600.0  # GPUs allocated but no step for this long
+    tensor_activity: float = 0.1  # below this, tensor cores are not being used
+
+
+@dataclass(frozen=True)
+class Context:
+    window: JobWindow
+    tunables: Tunables
+    thresholds: DiagnosisThresholds
+    sustain: Sustain
+    now: datetime
+    active: frozenset[str]  # kinds of the findings already active (for hysteresis)
+    since: dict[str, datetime]  # when each active finding first appeared
+
+    def sustained(self, kind: str, series: Sequence[float], predicate: Callable[[float], bool]) -> bool:
+        return holds(self.window, series, predicate, active=kind in self.active, sustain=self.sustain)
+
+    def finding(self, kind: str, confidence: float, message: str, **evidence: object) -> Finding:
+        return Finding(
+            kind=kind,
+            confidence=round(min(1.0, max(0.0, confidence)), 2),
+            since=self.since.get(kind, self.now),
+            message=message,
+            evidence={key: _show(value) for key, value in evidence.items() if value is not None},
+        )
+
+
+def _show(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+Diagnosis = tuple[Finding, Recommendation | None]
+
+
+def idle(ctx: Context) -> Diagnosis | None:
+    """GPUs allocated, no training step for a long time: the job holds hardware it does not use."""
+    quiet = ctx.window.seconds_since_last_step
+    if quiet is None or quiet < ctx.thresholds.idle_seconds or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
+        return None
+    minutes = quiet / 60
+    finding = ctx.finding(
+        "Idle",
+        0.9,
+        f"No training step for {minutes:.0f} minutes while {ctx.window.gpus} GPU(s) stay allocated.",
+        secondsSinceLastStep=quiet,
+        gpus=ctx.window.gpus,
+    )
+    return finding, None
+
+
+def input_bound(ctx: Context) -> Diagnosis | None:
+    """The GPU waits for data: many DataLoader workers or pinned memory make input keep up."""
+    w, t = ctx.window, ctx.thresholds
+    waiting = ctx.sustained("InputBound", w.data_wait_fraction, lambda f: f >= t.data_wait_fraction)
+    underused = ctx.sustained("InputBound", w.gpu_utilization, lambda u: u < t.gpu_utilization)
+    if not (waiting and underused):
+        return None
+    wait, util = w.mean(w.data_wait_fraction) or 0.0, w.mean(w.gpu_utilization) or 0.0
+    changes: dict[str, str] = {}
+    workers = ctx.tunables.data_loader_workers
+    current = w.num_workers or 0
+    if workers is not None:
+        # Enough workers to hide the wait, never more than the pod's cores leave for the trainer.
+        wanted = max(current + 1, math.ceil(max(current, 1) / max(1 - wait, 0.05)))
+        cores_cap = int(w.cpu_cores) - 1 if w.cpu_cores else workers.max
+        proposal = min(wanted, workers.max, max(cores_cap, workers.min))
+        if proposal > current:
+            changes[workers.env] = str(proposal)
+    if ctx.tunables.pin_memory is not None and w.pin_memory is False:
+        changes[ctx.tunables.pin_memory.env] = "1"
+    cpu_bound = w.cpu_cores is not None and current >= int(w.cpu_cores) - 1
+    message = f"{wait:.0%} of step time is spent waiting for input while GPU utilization is {util:.0f}%."
+    if cpu_bound:
+        message += " The pod has no spare CPU for more loader workers: preprocessing is CPU-bound."
+    finding = ctx.finding(
+        "CPUBoundInput" if cpu_bound and not changes else "InputBound",
+        0.5 + wait / 2,
+        message,
+        dataWaitFraction=wait,
+        gpuUtilization=util,
+        numWorkers=w.num_workers,
+        pinMemory=w.pin_memory,
+        cpuCores=w.cpu_cores,
+    )
+    recommendation = Recommendation(
+        action=ActionKind.ADJUST_CONFIG,
+        finding=finding.kind,
+        message="Raise DataLoader workers and pin host memory; move heavy augmentation off the step path."
+        if changes
+        else "Give the pod more CPU or move preprocessing offline; no declared tunable can fix this.",
+        changes=changes,
+        expected_effect=f"up to {min(100.0, util / max(1 - wait, 0.05)):.0f}% GPU utilization",
+    )
+    return finding, recommendation
+
+
+def fit_memory(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
+    """Least-squares memory ≈ a + b·batch from (batch, MiB) points; with one point, a = 0 (safe)."""
+    distinct = {batch: mib for batch, mib in points if batch > 0 and mib > 0}
+    if not distinct:
+        return None
+    if len(distinct) == 1:
+        ((batch, mib),) = distinct.items()
+        return 0.0, mib / batch  # all memory per sample: the smallest batch it could predict
+    n = len(distinct)
+    mean_b = sum(distinct) / n
+    mean_m = sum(distinct.values()) / n
+    var = sum((b - mean_b) ** 2 for b in distinct)
+    slope = sum((b - mean_b) * (m - mean_m) for b, m in distinct.items()) / var
+    if slope <= 0:
+        return None
+    return max(0.0, mean_m - slope * mean_b), slope
+
+
+def small_batch(ctx: Context) -> Diagnosis | None:
+    """Low memory use and low utilization: a larger batch keeps the GPU busier per step."""
+    w, t = ctx.window, ctx.thresholds
+    if w.memory_used_mib is None or not w.memory_total_mib or w.batch_size is None:
+        return None
+    used = w.memory_used_mib / w.memory_total_mib
+    if used >= t.memory_headroom:
+        return None
+    if not ctx.sustained("SmallBatch", w.gpu_utilization, lambda u: u < t.gpu_utilization):
+        return None
+    model = fit_memory(w.memory_by_batch or [(w.batch_size, w.memory_used_mib)])
+    changes: dict[str, str] = {}
+    tunable = ctx.tunables.batch_size
+    proposal = None
+    if model is not None and tunable is not None:
+        fixed, per_sample = model
+        fits = int((t.safe_memory_fraction * w.memory_total_mib - fixed) / per_sample)
+        proposal = min(tunable.max, 2 ** int(math.log2(fits)) if fits >= 1 else 0)
+        if proposal > w.batch_size:
+            changes[tunable.env] = str(proposal)
+            accumulation = ctx.tunables.gradient_accumulation_steps
+            if ctx.tunables.keep_global_batch_size and accumulation is not None:
+                steps = max(1, round((w.gradient_accumulation_steps or 1) * w.batch_size / proposal))
+                changes[accumulation.env] = str(max(accumulation.min, min(accumulation.max, steps)))
+    util = w.mean(w.gpu_utilization) or 0.0
+    finding = ctx.finding(
+        "SmallBatch",
+        0.4 + (t.memory_headroom - used),
+        f"Only {used:.0%} of GPU memory is used at batch size {w.batch_size} while utilization is {util:.0f}%.",
+        memoryUsedFraction=used,
+        batchSize=w.batch_size,
+        gpuUtilization=util,
+        memoryModel=f"{model[0]:.0f} MiB + {model[1]:.1f} MiB/sample" if model else None,
+    )
+    recommendation = Recommendation(
+        action=ActionKind.ADJUST_CONFIG,
+        finding="SmallBatch",
+        message=f"Raise the batch size to {proposal} (fits in {t.safe_memory_fraction:.0%} of GPU memory)."
+        if changes
+        else "Raise the batch size; declare spec.efficiency.tunables.batchSize so gpuwise can compute it.",
+        changes=changes,
+        expected_effect="fewer, fuller kernels per sample" if changes else None,
+    )
+    return finding, recommendation
+
+
+def no_mixed_precision(ctx: Context) -> Diagnosis | None:
+    """FP32 on a tensor-core GPU (compute capability ≥ 7.0) leaves most of its throughput unused."""
+    w = ctx.window
+    if w.autocast is not False or w.compute_capability is None or w.compute_capability < (7, 0):
+        return None
+    if w.tensor_activity is not None and w.tensor_activity >= ctx.thresholds.tensor_activity:
+        return None  # tensor cores busy anyway (e.g. TF32 matmuls or a manual half model)
+    if w.job_age_seconds < ctx.sustain.grace_seconds:
+        return None
+    dtype = "bf16" if w.compute_capability >= (8, 0) else "fp16"
+    major, minor = w.compute_capability
+    finding = ctx.finding(
+        "NoMixedPrecision",
+        0.8 if w.tensor_activity is not None else 0.6,
+        f"Training runs without autocast on a tensor-core GPU (compute capability {major}.{minor}).",
+        gpuModel=w.gpu_model,
+        computeCapability=f"{major}.{minor}",
+        tensorActivity=w.tensor_activity,
+    )
+    changes = {ctx.tunables.amp.env: "1"} if ctx.tunables.amp is not None else {}
+    recommendation = Recommendation(
+        action=ActionKind.ADJUST_CONFIG,
+        finding="NoMixedPrecision",
+        message=f"Enable automatic mixed precision with {dtype}.",
+        changes=changes,
+        expected_effect="typically 1.5-3x faster steps and half the activation memory",
+    )
+    return finding, recommendation
+
+
+RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (idle, input_bound, small_batch, no_mixed_precision)
+
+
+def diagnose(ctx: Context) -> list[Diagnosis]:
+    """Every rule's finding, most confident first. An idle job gets only the Idle finding."""
+    found = [d for rule in RULES if (d := rule(ctx)) is not None]
+    if any(finding.kind == "Idle" for finding, _ in found):
+        found = [d for d in found if d[0].kind == "Idle"]
+    return sorted(found, key=lambda d: -d[0].confidence)

@@ -1,0 +1,85 @@
+"""A job's recent past, and what "sustained" means over it.
+
+`JobWindow` is everything the rules may look at: per-sample series for the quantities that must
+hold *over time* (utilization, data wait), and single facts for the rest (the GPU model, the batch
+size the job reported). It is filled from Prometheus by the operator and from the in-process
+sidecar by `gpuwise run`, so the rules never know where numbers came from, and a quantity that
+was not measured is None — never a guessed 0.
+
+Sustained, precisely: a condition holds when at least `hold_fraction` (90 %) of the window's
+samples satisfy it, the window is at least `min_coverage` (80 %) full, and the job is past its
+start-up `grace`. Once a finding is active it clears only when fewer than `release_fraction`
+(50 %) of samples satisfy it — hysteresis, so a job hovering near a threshold does not flap. A
+bursty job whose utilization dips below the threshold now and then (well under 10 % of its
+samples) gets no finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Sustain:
+    hold_fraction: float = 0.9
+    release_fraction: float = 0.5
+    min_coverage: float = 0.8
+    grace_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.release_fraction <= self.hold_fraction <= 1:
+            raise ValueError("need 0 < release_fraction <= hold_fraction <= 1")
+
+
+@dataclass(frozen=True)
+class JobWindow:
+    """What gpuwise observed of one job over its efficiency window."""
+
+    window_seconds: float
+    sample_interval_seconds: float
+    job_age_seconds: float
+    # Per-sample series over the window (job-wide means at each sample time).
+    gpu_utilization: Sequence[float] = ()  # %, 0–100
+    data_wait_fraction: Sequence[float] = ()  # 0–1 of step time spent waiting for input
+    # Facts over the window; None when not measured.
+    sm_activity: float | None = None  # 0–1, GPM / DCGM_FI_PROF_SM_ACTIVE
+    tensor_activity: float | None = None  # 0–1
+    memory_used_mib: float | None = None  # peak framebuffer used on the busiest GPU
+    memory_total_mib: float | None = None
+    seconds_since_last_step: float | None = None
+    gpus: int = 1
+    gpu_model: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    cpu_cores: float | None = None  # the pod's CPU limit (or request), bounds loader workers
+    batch_size: int | None = None
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    autocast: bool | None = None
+    gradient_accumulation_steps: int | None = None
+    # (batch size, peak CUDA memory in MiB) pairs the job reported, for the memory model.
+    memory_by_batch: Sequence[tuple[int, float]] = field(default_factory=tuple)
+
+    @property
+    def expected_samples(self) -> int:
+        return max(1, int(self.window_seconds / self.sample_interval_seconds))
+
+    def mean(self, series: Sequence[float]) -> float | None:
+        return sum(series) / len(series) if series else None
+
+
+def holds(
+    window: JobWindow,
+    series: Sequence[float],
+    predicate: Callable[[float], bool],
+    *,
+    active: bool,
+    sustain: Sustain,
+) -> bool:
+    """Whether `predicate` holds over `series` in the sustained sense (see the module docstring)."""
+    if window.job_age_seconds < sustain.grace_seconds:
+        return False
+    if len(series) < sustain.min_coverage * window.expected_samples:
+        return active  # too little data to change our mind either way
+    fraction = sum(1 for value in series if predicate(value)) / len(series)
+    return fraction >= (sustain.release_fraction if active else sustain.hold_fraction)

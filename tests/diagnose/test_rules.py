@@ -1,0 +1,176 @@
+"""Each diagnosis rule, with the cases that must and must not produce a finding."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpuwise.api.trainingjob import Tunables
+from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose, fit_memory
+from gpuwise.diagnose.window import JobWindow, Sustain, holds
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+TUNABLES = Tunables.model_validate(
+    {
+        "batchSize": {"env": "BATCH_SIZE", "min": 8, "max": 1024},
+        "dataLoaderWorkers": {"env": "NUM_WORKERS", "min": 1, "max": 32},
+        "gradientAccumulationSteps": {"env": "ACCUM", "min": 1, "max": 64},
+        "pinMemory": {"env": "PIN_MEMORY"},
+        "amp": {"env": "USE_AMP"},
+        "keepGlobalBatchSize": True,
+    }
+)
+
+
+def window(**overrides: Any) -> JobWindow:
+    healthy: dict[str, Any] = {
+        "window_seconds": 900,
+        "sample_interval_seconds": 15,
+        "job_age_seconds": 3600,
+        "gpu_utilization": [92.0] * 60,
+        "data_wait_fraction": [0.02] * 60,
+        "memory_used_mib": 60_000.0,
+        "memory_total_mib": 81_559.0,
+        "batch_size": 256,
+        "num_workers": 8,
+        "pin_memory": True,
+        "autocast": True,
+        "compute_capability": (9, 0),
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "tensor_activity": 0.45,
+        "cpu_cores": 16.0,
+        "seconds_since_last_step": 1.0,
+    }
+    healthy.update(overrides)
+    return JobWindow(**healthy)
+
+
+def run(w: JobWindow, active: frozenset[str] = frozenset(), tunables: Tunables = TUNABLES) -> dict[str, Any]:
+    ctx = Context(
+        window=w,
+        tunables=tunables,
+        thresholds=DiagnosisThresholds(),
+        sustain=Sustain(),
+        now=NOW,
+        active=active,
+        since={},
+    )
+    return {finding.kind: (finding, recommendation) for finding, recommendation in diagnose(ctx)}
+
+
+def test_a_healthy_job_has_no_finding() -> None:
+    assert run(window()) == {}
+
+
+def test_a_bursty_but_healthy_job_has_no_finding() -> None:
+    # Every tenth sample dips (evaluation, checkpoint): 10 % of samples below threshold, not 90 %.
+    bursty = [20.0 if i % 10 == 0 else 95.0 for i in range(60)]
+    waits = [0.6 if i % 10 == 0 else 0.02 for i in range(60)]
+    assert run(window(gpu_utilization=bursty, data_wait_fraction=waits, memory_used_mib=20_000.0)) == {}
+
+
+def test_input_bound_recommends_workers_within_cpu_and_pinning() -> None:
+    found = run(window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.7] * 60, num_workers=2, pin_memory=False))
+    finding, recommendation = found["InputBound"]
+    assert finding.evidence["dataWaitFraction"] == "0.7"
+    assert "70% of step time is spent waiting for input" in finding.message
+    assert recommendation is not None
+    assert recommendation.changes == {"NUM_WORKERS": "7", "PIN_MEMORY": "1"}
+    assert recommendation.expected_effect == "up to 100% GPU utilization"
+    capped = run(window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.7] * 60, num_workers=2, cpu_cores=4.0))
+    assert capped["InputBound"][1].changes["NUM_WORKERS"] == "3"
+
+
+def test_input_bound_with_no_spare_cpu_is_cpu_bound() -> None:
+    found = run(window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.5] * 60, num_workers=3, cpu_cores=4.0))
+    finding, recommendation = found["CPUBoundInput"]
+    assert "preprocessing is CPU-bound" in finding.message
+    assert recommendation is not None and recommendation.changes == {}
+
+
+def test_waiting_with_a_busy_gpu_is_not_input_bound() -> None:
+    assert "InputBound" not in run(window(gpu_utilization=[85.0] * 60, data_wait_fraction=[0.3] * 60))
+
+
+def test_small_batch_uses_the_memory_model_and_keeps_the_global_batch() -> None:
+    # 4 GiB of weights and optimizer state + 100 MiB per sample, at batch 32 and 64.
+    w = window(
+        gpu_utilization=[35.0] * 60,
+        batch_size=32,
+        memory_used_mib=7_296.0,
+        gradient_accumulation_steps=8,
+        memory_by_batch=[(32, 7_296.0), (64, 10_496.0)],
+    )
+    finding, recommendation = run(w)["SmallBatch"]
+    assert finding.evidence["memoryModel"] == "4096 MiB + 100.0 MiB/sample"
+    assert recommendation is not None
+    # (0.85 × 81559 − 4096) / 100 = 652 samples fit → the largest power of two below: 512.
+    assert recommendation.changes == {"BATCH_SIZE": "512", "ACCUM": "1"}
+
+
+def test_one_observation_gives_a_conservative_batch() -> None:
+    assert fit_memory([(32, 8_000.0)]) == (0.0, 250.0)
+    assert fit_memory([(32, 8_000.0), (64, 7_000.0)]) is None  # memory fell as batch grew: no model
+    w = window(gpu_utilization=[35.0] * 60, batch_size=32, memory_used_mib=8_000.0)
+    assert run(w)["SmallBatch"][1].changes["BATCH_SIZE"] == "256"  # 0.85 × 81559 / 250 = 277 → 256
+
+
+def test_no_small_batch_finding_when_memory_is_used_or_the_gpu_busy() -> None:
+    assert "SmallBatch" not in run(window(gpu_utilization=[35.0] * 60, memory_used_mib=70_000.0))
+    assert "SmallBatch" not in run(window(memory_used_mib=10_000.0))
+
+
+def test_no_mixed_precision_on_tensor_core_gpus_only() -> None:
+    _, recommendation = run(window(autocast=False, tensor_activity=0.01))["NoMixedPrecision"]
+    assert recommendation is not None and recommendation.message == "Enable automatic mixed precision with bf16."
+    assert recommendation.changes == {"USE_AMP": "1"}
+    volta = run(window(autocast=False, tensor_activity=None, compute_capability=(7, 0)))["NoMixedPrecision"]
+    assert volta[0].confidence == 0.6  # no tensor-activity measurement: less sure
+    assert "fp16" in volta[1].message
+    assert "NoMixedPrecision" not in run(window(autocast=False, compute_capability=(6, 1)))
+    assert "NoMixedPrecision" not in run(window(autocast=False, tensor_activity=0.4))
+    assert "NoMixedPrecision" not in run(window(autocast=None))
+
+
+def test_idle_job_gets_only_the_idle_finding() -> None:
+    found = run(window(seconds_since_last_step=1800.0, gpu_utilization=[0.0] * 60, autocast=False))
+    assert list(found) == ["Idle"]
+    assert found["Idle"][0].message == "No training step for 30 minutes while 1 GPU(s) stay allocated."
+
+
+def test_grace_period_and_missing_data_give_no_findings() -> None:
+    slow = {"gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.7] * 60}
+    assert run(window(job_age_seconds=120, **slow)) == {}
+    assert run(window(gpu_utilization=[30.0] * 10, data_wait_fraction=[0.7] * 10)) == {}
+
+
+def test_hysteresis_keeps_an_active_finding_until_it_clearly_clears() -> None:
+    w = window()
+    sustain = Sustain()
+    mixed = [30.0] * 36 + [90.0] * 24  # 60 % of samples below threshold
+    assert not holds(w, mixed, lambda u: u < 50, active=False, sustain=sustain)
+    assert holds(w, mixed, lambda u: u < 50, active=True, sustain=sustain)
+    assert not holds(w, [30.0] * 20 + [90.0] * 40, lambda u: u < 50, active=True, sustain=sustain)
+
+
+def test_bad_sustain_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="release_fraction"):
+        Sustain(hold_fraction=0.5, release_fraction=0.9)
+
+
+def test_findings_keep_their_first_appearance() -> None:
+    earlier = datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
+    w = window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.7] * 60)
+    ctx = Context(
+        window=w,
+        tunables=TUNABLES,
+        thresholds=DiagnosisThresholds(),
+        sustain=Sustain(),
+        now=NOW,
+        active=frozenset({"InputBound"}),
+        since={"InputBound": earlier},
+    )
+    (finding, _), *_ = diagnose(ctx)
+    assert finding.since == earlier
