@@ -65,9 +65,6 @@ class data_wait:
         self._start = 0.0
 
     def __enter__(self) -> None:
-        tracker = runtime.current()
-        if tracker is not None:
-            tracker.begin()
         self._start = time.perf_counter()
 
     def __exit__(
@@ -75,7 +72,7 @@ class data_wait:
     ) -> None:
         tracker = runtime.current()
         if tracker is not None:
-            tracker.add_wait(time.perf_counter() - self._start, _count(self._samples))
+            tracker.fetched(self._start, time.perf_counter(), _count(self._samples))
 
 
 def instrument_torch() -> bool:

@@ -84,13 +84,12 @@ def _timed_next(
                 tracker.pause()
                 return original(self)
             start = clock()
-            tracker.begin(start)
             try:
                 batch = original(self)
             except StopIteration:
-                tracker.add_wait(clock() - start, None)
+                tracker.fetched(start, clock(), None)
                 raise
-            tracker.add_wait(clock() - start, _batch_length(batch))
+            tracker.fetched(start, clock(), _batch_length(batch))
             seen = last[0]
             if seen is None or seen() is not self:
                 last[0] = weakref.ref(self)
@@ -110,17 +109,29 @@ def _describe_loader(tracker: Tracker, iterator: Any) -> None:
         pass
 
 
-def _batch_length(batch: Any, depth: int = 0) -> int | None:
-    """Samples in a batch: the leading dimension of its first tensor, when there is one."""
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        return int(shape[0]) if len(shape) else None
-    if depth < 3:
+def _batch_length(batch: Any) -> int | None:
+    """Samples in a batch: the leading dimension of its first tensor, when there is one.
+
+    Looks at most three levels into lists, tuples and dicts: `(x, y)`, `{"input": x}`...
+    """
+    if type(batch) in _SEQUENCES and batch:  # the common `(inputs, targets)` first, cheaply
+        shape = getattr(batch[0], "shape", None)
+        if shape:
+            return int(shape[0])
+    for _ in range(3):
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else None
         if isinstance(batch, list | tuple) and batch:
-            return _batch_length(batch[0], depth + 1)
-        if isinstance(batch, dict) and batch:
-            return _batch_length(next(iter(batch.values())), depth + 1)
+            batch = batch[0]
+        elif isinstance(batch, dict) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            return None
     return None
+
+
+_SEQUENCES = (list, tuple)
 
 
 def _noticed_enter(tracker: Tracker) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:

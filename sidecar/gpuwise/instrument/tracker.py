@@ -1,12 +1,21 @@
 """The running totals of one training process, and the hot path that reports them.
 
-One `Tracker` per process. Every step ends in `end_step`, which is what the 20 µs budget is
-about: a clock read, some additions, one `struct.pack` and one non-blocking `sendto`. Anything
-slower (CUDA memory statistics) runs at most once a second. There is no lock: a training loop
-steps from one thread, and a lost update in a racy corner costs a count, never a crash.
+One `Tracker` per process. Every step ends in `end_step` and every batch in `fetched`; those two
+are what the 20 µs budget is about, so each does a clock read and a few counter updates, nothing
+more. The totals are brought up to date (`_fold`) and sent at most every `send_interval`: since
+datagrams carry running totals, steps closer together than that travel together (the sidecar
+spreads their time over its histogram), and a loop of 300 µs steps costs one `struct.pack` and
+one non-blocking `sendto` every 10 ms, here and in the sidecar that would wake for each.
+Anything slower (CUDA memory statistics) runs at most once a second. There is no lock: a
+training loop steps from one thread, and a lost update in a racy corner costs a count, never a
+crash.
 
-Since datagrams carry running totals, a dropped one is made good by the next; only the last of a
-run has no successor, so `flush` (registered at exit) sends it again if it did not leave.
+Step time is the wall time from one step's end to the next's, except after a pause (input
+fetched for evaluation): the time from the last step before it to the first fetch after it
+belongs to no step.
+
+A dropped datagram is made good by the next one; only the last of a run has no successor, so
+`flush` (registered at exit) sends the totals still owed.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from gpuwise.instrument.sender import Sender
 
 # How often the (slower) memory probe may run, in seconds.
 PROBE_INTERVAL: Final = 1.0
+# The least time between two datagrams, in seconds: at most 100 a second per process.
+SEND_INTERVAL: Final = 0.01
 # At exit, how long to keep retrying the final totals if the sidecar's queue is full.
 FLUSH_SECONDS: Final = 0.2
 
@@ -30,23 +41,30 @@ MemoryProbe = Callable[[], "tuple[int, int] | None"]
 class Tracker:
     __slots__ = (
         "_autocast_seen",
-        "_boundary",
+        "_carried",
         "_clock",
-        "_last_duration",
+        "_explicit_samples",
+        "_last_end",
         "_owed",
         "_paused",
         "_pending_samples",
         "_pending_wait",
+        "_previous_end",
         "_probe_at",
         "_rank",
         "_samples_known",
+        "_send_interval",
         "_sender",
+        "_sent_at",
+        "_since",
         "_started",
+        "_unsent",
         "autocast_known",
         "batch_size",
         "cuda_allocated_peak",
         "cuda_reserved_peak",
         "hooked",
+        "last_step_seconds",
         "manual",
         "memory_probe",
         "num_workers",
@@ -58,23 +76,33 @@ class Tracker:
         "wait_seconds",
     )
 
-    def __init__(self, sender: Sender, rank: int = 0, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        sender: Sender,
+        rank: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
+        send_interval: float = SEND_INTERVAL,
+    ) -> None:
         self._sender = sender
         self._rank = rank
         self._clock = clock
-        self._started = clock()
+        self._send_interval = send_interval
         self.pid = os.getpid()
-        # perf_counter() of the previous step's end, or of the first step's start once known.
-        self._boundary: float | None = None
-        # Input is being fetched outside training (evaluation): the next step starts afresh.
+        # Unfolded step time runs from `_since` to `_last_end`, plus `_carried` from before a pause.
+        # `_since` is None until the first step starts (the first fetch, or `begin`).
+        self._since: float | None = None
+        self._carried = 0.0
+        self._last_end = self._previous_end = float("-inf")
         self._paused = False
+        self._unsent = 0  # steps not yet folded into the totals
         self._pending_wait = 0.0
         self._pending_samples = 0
+        self._explicit_samples: int | None = None
         self._samples_known = False
         self._autocast_seen = False
-        self._probe_at = float("-inf")
-        self._last_duration = 0.0
-        self._owed = False  # the latest totals did not leave
+        self._sent_at = self._probe_at = float("-inf")
+        self._owed = False  # folded totals that did not leave
+        self._started = clock()
         # An explicit step_end() was seen: the optimizer hook stops marking steps.
         self.manual = False
         # Framework hooks (torch_hooks) feed this tracker.
@@ -83,6 +111,7 @@ class Tracker:
         self.samples = 0
         self.step_seconds = 0.0
         self.wait_seconds = 0.0
+        self.last_step_seconds = 0.0
         self.num_workers = wire.UNKNOWN
         self.batch_size = wire.UNKNOWN
         self.pin_memory: bool | None = None
@@ -91,25 +120,43 @@ class Tracker:
         self.cuda_reserved_peak = wire.UNKNOWN
         self.memory_probe: MemoryProbe | None = None
 
-    def begin(self, at: float | None = None) -> None:
-        """Mark that a step is under way: the first step, or the first after a pause, starts now."""
-        if self._boundary is None or self._paused:
-            self._boundary = self._clock() if at is None else at
-            self._paused = False
+    # --- the hot path ----------------------------------------------------------------------------
 
-    def pause(self) -> None:
-        """Input is fetched for something other than training (evaluation, say): not a step's.
+    def fetched(self, start: float, end: float, samples: int | None) -> None:
+        """Input was waited for from `start` to `end` (clock readings) and carried `samples`.
 
-        The time until training resumes belongs to no step: the next `begin` restarts the clock.
+        A fetch is where a step starts when none is under way (the first, or after a pause).
         """
-        self._paused = True
-
-    def add_wait(self, seconds: float, samples: int | None) -> None:
-        """Account time spent waiting for input, and the samples that input carried."""
-        self._pending_wait += seconds
+        if self._since is None or self._paused:
+            self._restart(start)
+        self._pending_wait += end - start
         if samples is not None:
             self._pending_samples += samples
             self._samples_known = True
+
+    def end_step(self, samples: int | None = None) -> None:
+        """Close the current step; report the totals if the last report is old enough."""
+        now = self._clock()
+        if self._since is None:  # a step nobody saw start: it started with the tracker
+            self._since = self._started
+        self._unsent += 1
+        self._previous_end = self._last_end
+        self._last_end = now
+        if samples is not None:
+            self._explicit_samples = (self._explicit_samples or 0) + samples
+        if now - self._sent_at >= self._send_interval:
+            self._report(now)
+
+    # --- everything else ---------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Mark that a step is under way: the first step, or the first after a pause, starts now."""
+        if self._since is None or self._paused:
+            self._restart(self._clock())
+
+    def pause(self) -> None:
+        """Input is fetched for something other than training (evaluation, say): not a step's."""
+        self._paused = True
 
     def saw_autocast(self) -> None:
         self._autocast_seen = True
@@ -119,37 +166,56 @@ class Tracker:
         self.pin_memory = pin_memory
         self.batch_size = wire.UNKNOWN if batch_size is None else batch_size
 
-    def end_step(self, samples: int | None = None) -> None:
-        """Close the current step and report the totals. Never raises."""
-        now = self._clock()
-        boundary = self._boundary
-        duration = now - (self._started if boundary is None else boundary)
-        self._boundary = now
-        wait = min(self._pending_wait, duration)
-        self._pending_wait = 0.0
-        if samples is None:
-            samples = self._pending_samples
-        else:
-            self._samples_known = True
-        self._pending_samples = 0
-        self.steps += 1
-        self.samples += samples
-        self.step_seconds += duration
-        self.wait_seconds += wait
-        if self.memory_probe is not None and now - self._probe_at >= PROBE_INTERVAL:
-            self._probe_at = now
-            self._probe_memory()
-        self._last_duration = duration
-        self._owed = not self._sender.send(self._encode())
-        self._autocast_seen = False
-
     def flush(self) -> None:
-        """Resend the latest totals if they did not leave; briefly retry. For the end of a run."""
+        """Send the totals still owed, retrying briefly if the sidecar is busy. For the end of a run."""
+        if self._unsent:
+            self._fold()
+            self._owed = True
         deadline = self._clock() + FLUSH_SECONDS
         while self._owed and self._clock() < deadline:
             self._owed = not self._sender.send(self._encode())
             if self._owed:
                 time.sleep(0.002)
+
+    def forked(self) -> None:
+        """In a forked child (a DataLoader worker): a new pid, and nothing owed."""
+        self.pid = os.getpid()
+        self._owed = False
+        self._unsent = 0
+
+    def _restart(self, at: float) -> None:
+        """Steps start again at `at`; keep what the unfolded steps before it took."""
+        if self._since is not None and self._last_end > self._since:
+            self._carried += self._last_end - self._since
+        self._since = at
+        self._paused = False
+
+    def _fold(self) -> None:
+        """Bring the totals up to date with the steps taken since the last fold."""
+        assert self._since is not None
+        end = self._last_end
+        seconds = self._carried + max(end - self._since, 0.0)
+        wait = min(self._pending_wait, seconds)
+        self.steps += self._unsent
+        self.step_seconds += seconds
+        self.wait_seconds += wait
+        self.last_step_seconds = end - max(self._previous_end, self._since)
+        if self._explicit_samples is not None:
+            self.samples += self._explicit_samples
+            self._samples_known = True
+        else:
+            self.samples += self._pending_samples
+        self._since, self._carried, self._unsent = end, 0.0, 0
+        self._pending_wait, self._pending_samples, self._explicit_samples = 0.0, 0, None
+
+    def _report(self, now: float) -> None:
+        self._fold()
+        self._sent_at = now
+        if self.memory_probe is not None and now - self._probe_at >= PROBE_INTERVAL:
+            self._probe_at = now
+            self._probe_memory()
+        self._owed = not self._sender.send(self._encode())
+        self._autocast_seen = False
 
     def _encode(self) -> bytes:
         flags = 0
@@ -167,7 +233,7 @@ class Tracker:
             self.samples,
             self.step_seconds,
             self.wait_seconds,
-            self._last_duration,
+            self.last_step_seconds,
             self.num_workers,
             self.batch_size,
             self.cuda_allocated_peak,
@@ -182,8 +248,3 @@ class Tracker:
             peaks = None
         if peaks is not None:
             self.cuda_allocated_peak, self.cuda_reserved_peak = peaks
-
-    def forked(self) -> None:
-        """In a forked child (a DataLoader worker): a new pid, and nothing owed."""
-        self.pid = os.getpid()
-        self._owed = False

@@ -47,4 +47,6 @@ def _exposed_name(family: Family) -> str:
 
 
 def _escape(value: str) -> str:
+    if "\\" not in value and "\n" not in value and '"' not in value:  # nearly always: skip the copies
+        return value
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
