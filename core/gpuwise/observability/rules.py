@@ -1,0 +1,175 @@
+"""Prometheus alerting rules, as data derived from the metric catalog.
+
+A rule group is a named tuple of alerts; `RULE_GROUPS` lists what the chart ships. The
+efficiency engine's rules slot in as one more group built the same way (and, like these, with
+`promtool test rules` cases in tests/chart/). The chart's PrometheusRule template reads the file
+`rule_file()` produces, so the same YAML also works as a plain Prometheus rule file.
+
+Two PromQL pitfalls these rules avoid on purpose:
+
+* The sidecar creates a labelled error counter on its first error, already at 1, and
+  `increase()` needs two samples of a series: the first XID of a kind would go unseen. `new()`
+  counts a series born inside the window as an increase from zero.
+* Readings a GPU does not support at all (`not_supported`, `mig_unsupported`, `unavailable`)
+  fail on every sampling round by design; they explain an absent series and are not an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from gpuwise.metrics import Metric, catalog
+from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB, increase, sel
+
+Severity = Literal["info", "warning", "critical"]
+
+# Reasons of gpuwise_sample_errors_total (gpuwise.sidecar.backend) that describe the GPU, not a fault.
+EXPECTED_REASONS: Final = ("not_supported", "mig_unsupported", "unavailable")
+GPU_LOST_REASON: Final = "gpu_lost"
+# XIDs that mean the hardware, not the application, is at fault (NVIDIA's XID catalog): double-bit
+# ECC (48), page retirement / row remapping (63, 64), NVLink (74), fallen off the bus (79), high
+# single-bit ECC rate (92), contained / uncontained ECC (94, 95), GSP RPC timeout / error (119, 120).
+HARDWARE_XIDS: Final = (48, 63, 64, 74, 79, 92, 94, 95, 119, 120)
+# A sidecar samples every second by default: a minute without a round means NVML is stuck.
+STALL_SECONDS: Final = 60
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    name: str
+    expr: str
+    severity: Severity
+    summary: str
+    description: str
+    for_: str = "0m"
+
+    def to_rule(self) -> dict[str, Any]:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity},
+            "annotations": {"summary": self.summary, "description": self.description},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RuleGroup:
+    name: str
+    alerts: tuple[Alert, ...]
+
+    def to_group(self) -> dict[str, Any]:
+        return {"name": self.name, "rules": [alert.to_rule() for alert in self.alerts]}
+
+
+def new(metric: Metric, window: str, *matchers: str) -> str:
+    """Per series: how much `metric` grew in `window`, counting a series born in it from zero."""
+    series = sel(metric, *matchers)
+    return f"({increase(metric, window, *matchers)} > 0 or ({series} > 0 unless {series} offset {window}))"
+
+
+def _regex(values: tuple[object, ...]) -> str:
+    return "|".join(str(v) for v in values)
+
+
+def exporter_health() -> RuleGroup:
+    """Is the telemetry there, and does the GPU under it work?"""
+    where = "{{ $labels.namespace }}/{{ $labels.pod }}"
+    gpu = "GPU {{ $labels.gpu }} ({{ $labels.UUID }})"
+    expected = f'reason!~"{_regex((*EXPECTED_REASONS, GPU_LOST_REASON))}"'
+    lost = f'reason="{GPU_LOST_REASON}"'
+    hardware = f'xid=~"{_regex(HARDWARE_XIDS)}"'
+    software = f'xid!~"{_regex(HARDWARE_XIDS)}"'
+    return RuleGroup(
+        "gpuwise-exporter",
+        (
+            Alert(
+                "GpuwiseSidecarDown",
+                f'up{{job="{SIDECAR_JOB}"}} == 0',
+                "warning",
+                f"gpuwise sidecar {where} cannot be scraped",
+                "Prometheus has not reached the telemetry sidecar's /metrics for 5 minutes: this pod's GPU "
+                "and training metrics are missing and gpuwise cannot diagnose it.",
+                for_="5m",
+            ),
+            Alert(
+                "GpuwiseSidecarSamplingStalled",
+                f"time() - {sel(catalog.LAST_SAMPLE)} > {STALL_SECONDS}",
+                "warning",
+                f"gpuwise sidecar {where} has not sampled its GPUs for over {STALL_SECONDS} s",
+                "The sidecar answers scrapes but its NVML sampling thread is stuck (a hung driver call is the "
+                "usual cause): the device metrics it serves are stale.",
+                for_="2m",
+            ),
+            Alert(
+                "GpuwiseNvmlErrors",
+                f"sum by (namespace, pod, gpu, UUID, field, reason) ({new(catalog.SAMPLE_ERRORS, '5m', expected)}) > 0",
+                "warning",
+                f"NVML readings of {gpu} fail in {where}",
+                "The sidecar could not read {{ $labels.field }} ({{ $labels.reason }}) for 10 minutes; that "
+                "series is absent meanwhile. Check the driver and the sidecar's log.",
+                for_="10m",
+            ),
+            Alert(
+                "GpuwiseGpuLost",
+                f"sum by (namespace, pod, gpu, UUID) ({new(catalog.SAMPLE_ERRORS, '5m', lost)}) > 0",
+                "critical",
+                f"{gpu} is lost (NVML: GPU is lost) in {where}",
+                "NVML reports the GPU as lost, usually after it fell off the bus: the node needs attention "
+                "and the job running on it is likely to fail.",
+            ),
+            Alert(
+                "GpuwiseXidError",
+                f"sum by (namespace, pod, gpu, UUID, xid) ({new(catalog.XID_EVENTS, '10m', software)}) > 0",
+                "warning",
+                f"XID {{{{ $labels.xid }}}} on {gpu} in {where}",
+                "The driver reported an XID error that usually means an application fault (e.g. 13, 31, "
+                "43: an illegal memory access or a kernel that stopped). Look at the training job's log.",
+            ),
+            Alert(
+                "GpuwiseHardwareXidError",
+                f"sum by (namespace, pod, gpu, UUID, xid) ({new(catalog.XID_EVENTS, '10m', hardware)}) > 0",
+                "critical",
+                f"hardware XID {{{{ $labels.xid }}}} on {gpu} in {where}",
+                "The driver reported an XID error that points at the GPU or its links (ECC, NVLink, fallen "
+                "off the bus, GSP): drain the node and check the GPU before scheduling more work on it.",
+            ),
+            Alert(
+                "GpuwiseStepEventsDropped",
+                f"sum by (namespace, pod, reason) ({new(catalog.EVENTS_DROPPED, '10m')}) > 0",
+                "info",
+                f"gpuwise sidecar {where} drops step events ({{{{ $labels.reason }}}})",
+                "The sidecar discarded step datagrams from the training process for 10 minutes; step counts "
+                "stay right (events carry running totals) but step-time resolution suffers.",
+                for_="10m",
+            ),
+        ),
+    )
+
+
+def operator_health() -> RuleGroup:
+    """Is the operator itself running? (Shipped only when its ServiceMonitor is.)"""
+    return RuleGroup(
+        "gpuwise-operator",
+        (
+            Alert(
+                "GpuwiseOperatorDown",
+                f'up{{job="{OPERATOR_JOB}"}} == 0',
+                "warning",
+                "gpuwise operator {{ $labels.namespace }}/{{ $labels.pod }} cannot be scraped",
+                "Prometheus has not reached the operator's /metrics for 5 minutes: TrainingJobs are not "
+                "being reconciled by this replica.",
+                for_="5m",
+            ),
+        ),
+    )
+
+
+# What the chart ships, in order. The efficiency engine's group goes here when it lands.
+RULE_GROUPS: Final[tuple[RuleGroup, ...]] = (exporter_health(), operator_health())
+
+
+def rule_file(groups: tuple[RuleGroup, ...] = RULE_GROUPS) -> dict[str, Any]:
+    """A Prometheus rule file (also the `spec` of a PrometheusRule)."""
+    return {"groups": [group.to_group() for group in groups]}
