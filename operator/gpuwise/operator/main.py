@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import logging
 import pathlib
+import random
 import sys
 from collections.abc import Sequence
 
 import kopf
 
 from gpuwise import wiring
+from gpuwise.operator import metrics
 from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
 from gpuwise.operator.handlers import build_registry
 from gpuwise.operator.kube import Kube, connect
@@ -36,7 +38,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         metavar="NAME",
         help="coordinate replicas through this KopfPeering; default: run standalone",
     )
+    parser.add_argument(
+        "--priority",
+        type=_priority,
+        help="this replica's peering priority: an integer, or 'random' so that peered replicas differ",
+    )
     parser.add_argument("--liveness", metavar="URL", help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--metrics-port", type=int, help="serve the operator's Prometheus metrics on this port")
     hook = parser.add_argument_group("admission webhook (sidecar injection for labelled pods)")
     hook.add_argument("--webhook-port", type=int, help="serve the webhook on this port")
     hook.add_argument("--webhook-host", help="host name the API server uses to reach the webhook")
@@ -50,6 +58,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
+
+
+def _priority(text: str) -> int:
+    # kopf pauses every peer when two share the highest priority: replicas of one Deployment
+    # (same arguments) each draw their own, and the highest one handles events.
+    return random.SystemRandom().randrange(1, 2**31) if text == "random" else int(text)
 
 
 def configure_kopf(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
@@ -93,7 +107,11 @@ def main(argv: Sequence[str]) -> int:
     kopf.configure(verbose=args.verbose, log_prefix=True)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings, args)
-    memo = kopf.Memo(context=Context(kube=Kube(connect()), settings=settings))
+    kube_class = Kube
+    if args.metrics_port is not None:
+        metrics.serve(args.metrics_port)
+        kube_class = metrics.MeteredKube
+    memo = kopf.Memo(context=Context(kube=kube_class(connect()), settings=settings))
     asyncio.run(
         kopf.operator(
             registry=build_registry(settings, webhook=args.webhook_port is not None),
@@ -103,6 +121,7 @@ def main(argv: Sequence[str]) -> int:
             namespaces=namespaces,
             standalone=args.peering is None,
             peering_name=args.peering,
+            priority=args.priority,
             liveness_endpoint=args.liveness,
         )
     )
