@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # pip takes the CPU build from the machine's local index at this exact version.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint typecheck unit crd system-deps clean
+.PHONY: demo test lint typecheck unit crd system-deps checkov clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ system-deps:
 	  echo "installing Debian package 'prometheus' (real Prometheus for the tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# checkov scans the chart's manifests in the tests. It pins old versions of packages the project
+# uses (packaging, networkx, hatchling...), so it gets a virtualenv of its own.
+CHECKOV := $(VENV)/tools/checkov/bin/checkov
+$(CHECKOV): | $(BIN)/python
+	$(PYTHON) -m venv $(VENV)/tools/checkov
+	$(VENV)/tools/checkov/bin/pip install --quiet "checkov==3.3.30"
+checkov: $(CHECKOV)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -32,7 +40,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy core operator sidecar tests bench
 
-unit: $(STAMP) system-deps
+unit: $(STAMP) system-deps $(CHECKOV)
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit

@@ -1,0 +1,142 @@
+{{/* Names ------------------------------------------------------------------------------------ */}}
+{{- define "gpuwise.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpuwise.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpuwise.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gpuwise.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuwise
+{{- end }}
+
+{{- define "gpuwise.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuwise.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "gpuwise.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gpuwise.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "gpuwise.webhookName" -}}
+{{- printf "%s-webhook" (include "gpuwise.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpuwise.peeringName" -}}
+{{- default (include "gpuwise.fullname" .) .Values.operator.peeringName }}
+{{- end }}
+
+{{/* Images: repository[:tag][@digest]; the sidecar defaults to the operator's image. ------- */}}
+{{- define "gpuwise.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "gpuwise.sidecarImage" -}}
+{{- $s := .Values.sidecar.image }}
+{{- if not $s.repository }}
+{{- include "gpuwise.image" . }}
+{{- else if $s.digest }}
+{{- printf "%s@%s" $s.repository $s.digest }}
+{{- else }}
+{{- printf "%s:%s" $s.repository (default .Chart.AppVersion $s.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Scope: cluster-wide unless every watched namespace is a plain name (kopf's globs need the
+     namespace list, and the chart cannot create Roles in namespaces it cannot name). ------ */}}
+{{- define "gpuwise.clusterwide" -}}
+{{- $globs := false }}
+{{- range .Values.operator.watchNamespaces }}
+{{- if regexMatch "[*?\\[\\]!]" . }}{{ $globs = true }}{{ end }}
+{{- end }}
+{{- if or (not .Values.operator.watchNamespaces) $globs }}true{{ end }}
+{{- end }}
+
+{{/* kopf's own scope: clusterwide when no namespace is given (RBAC may be wider, see above). */}}
+{{- define "gpuwise.kopfClusterwide" -}}
+{{- if not .Values.operator.watchNamespaces }}true{{ end }}
+{{- end }}
+
+{{- define "gpuwise.peering" -}}
+{{- if gt (int .Values.operator.replicas) 1 }}true{{ end }}
+{{- end }}
+
+{{- define "gpuwise.evicts" -}}
+{{- if or .Values.actions.migRepartition .Values.actions.reschedule }}true{{ end }}
+{{- end }}
+
+{{- define "gpuwise.webhookCertDir" -}}/etc/gpuwise/webhook{{- end }}
+{{- define "gpuwise.settingsPath" -}}/etc/gpuwise/settings.yaml{{- end }}
+
+{{/* The operator's settings file: gpuwise.operator.config.OperatorSettings, in camelCase. ---- */}}
+{{- define "gpuwise.settings" -}}
+sidecar:
+  image: {{ include "gpuwise.sidecarImage" . | quote }}
+  imagePullPolicy: {{ .Values.sidecar.pullPolicy }}
+  resources:
+    {{- toYaml .Values.sidecar.resources | nindent 4 }}
+  startupTimeoutSeconds: {{ .Values.sidecar.startupTimeoutSeconds }}
+namespaces:
+  {{- if .Values.operator.watchNamespaces }}
+  {{- toYaml .Values.operator.watchNamespaces | nindent 2 }}
+  {{- else }} []
+  {{- end }}
+resyncSeconds: {{ .Values.operator.resyncSeconds }}
+{{- end }}
+
+{{/* Namespaced permissions: granted cluster-wide, or in each watched namespace. ----------- */}}
+{{- define "gpuwise.namespacedRules" -}}
+- apiGroups: [gpuwise.io]
+  resources: [trainingjobs]
+  verbs: [get, list, watch, patch]
+- apiGroups: [gpuwise.io]
+  resources: [trainingjobs/status]
+  verbs: [patch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, get, list, watch, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create, get, list, watch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- if include "gpuwise.evicts" . }}
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+{{- end }}
+{{- if and (include "gpuwise.peering" .) (not (include "gpuwise.kopfClusterwide" .)) }}
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}

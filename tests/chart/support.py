@@ -1,0 +1,79 @@
+"""Render the chart with the real Helm engine (helm-python-sdk: Helm's Go SDK, offline)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "gpuwise"
+RELEASE = "gw"
+NAMESPACE = "gpuwise"
+Manifest = dict[str, Any]
+
+# Values that switch on everything the default leaves off, in namespaced mode.
+EVERYTHING: dict[str, Any] = {
+    "operator": {"replicas": 2, "watchNamespaces": ["team-a", "team-b"], "verbose": True},
+    "actions": {"migRepartition": True, "reschedule": True},
+    "webhook": {"enabled": True, "namespaceSelector": {"matchLabels": {"gpu": "yes"}}},
+    "monitoring": {
+        "podMonitor": {"enabled": True, "labels": {"release": "kps"}},
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {
+            "enabled": True,
+            "disabledAlerts": ["GpuwiseStepEventsDropped"],
+            "ruleLabels": {"team": "ml"},
+        },
+    },
+    "grafana": {"dashboards": {"namespace": "monitoring", "annotations": {"grafana_folder": "GPUs"}}},
+}
+# Cluster-wide with several replicas and cert-manager certificates.
+CLUSTERWIDE_HA: dict[str, Any] = {
+    "operator": {"replicas": 3},
+    "webhook": {"enabled": True, "certificate": {"source": "cert-manager"}},
+    "monitoring": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+}
+# The value sets every whole-chart check runs on.
+VALUE_SETS: dict[str, dict[str, Any]] = {"default": {}, "everything": EVERYTHING, "clusterwide-ha": CLUSTERWIDE_HA}
+
+
+@functools.cache
+def chart() -> helm.Chart:
+    return helm.Chart.load(CHART)
+
+
+def render_files(values: dict[str, Any] | None = None) -> dict[str, str]:
+    """Template path -> rendered text, as `helm template` renders it (NOTES.txt included)."""
+    return chart().render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def render(values: dict[str, Any] | None = None) -> list[Manifest]:
+    """Every object the chart would install: its CRDs, then its templates."""
+    docs: list[Manifest] = []
+    for crd in chart().crds:
+        docs += [doc for doc in yaml.safe_load_all(crd["data"]) if doc]
+    for path, text in sorted(render_files(values).items()):
+        if path.endswith(".txt"):
+            continue
+        docs += [doc for doc in yaml.safe_load_all(text) if doc]
+    return docs
+
+
+def find(docs: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def one(docs: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''}"
+    return found[0]
+
+
+def operator_container(docs: list[Manifest]) -> Manifest:
+    deployment = one(docs, "Deployment")
+    containers: list[Manifest] = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "operator")

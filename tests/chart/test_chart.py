@@ -1,0 +1,418 @@
+"""The chart, rendered by the real Helm engine with default and non-default values."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from gpuwise import wiring
+from gpuwise.api.crd import main as crd_main
+from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB
+from gpuwise.operator.config import OperatorSettings, SidecarSettings
+from gpuwise.operator.handlers import build_registry
+from gpuwise.operator.main import parse_args
+from tests.chart.support import (
+    CHART,
+    CLUSTERWIDE_HA,
+    EVERYTHING,
+    NAMESPACE,
+    ROOT,
+    VALUE_SETS,
+    Manifest,
+    chart,
+    find,
+    one,
+    operator_container,
+    render,
+    render_files,
+)
+
+
+def rules_of(docs: list[Manifest], kind: str) -> list[dict[str, Any]]:
+    return [rule for role in find(docs, kind) for rule in role["rules"]]
+
+
+def grants(docs: list[Manifest], resource: str, kind: str = "ClusterRole") -> set[str]:
+    return {verb for rule in rules_of(docs, kind) if resource in rule["resources"] for verb in rule["verbs"]}
+
+
+# --- values ------------------------------------------------------------------------------------
+
+
+def test_lint_is_clean_for_kubernetes_1_30() -> None:
+    report = helm.lint(CHART, kube_version="v1.30.0", strict=True)
+    assert report["errors"] == [] and not [m for m in report["messages"] if m["severity"] >= 2], report
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"operator": {"replicas": "many"}}, "at '/operator/replicas': got string, want integer"),
+        ({"operator": {"replicas": 0}}, "at '/operator/replicas'"),
+        ({"operator": {"replica": 2}}, "replica"),  # a typo names the key
+        ({"webhook": {"failurePolicy": "Sometimes"}}, "at '/webhook/failurePolicy'"),
+        ({"sidecar": {"resources": {"limits": {"memory": "lots"}}}}, "at '/sidecar/resources/limits/memory'"),
+        ({"monitoring": {"podMonitor": {"interval": "often"}}}, "at '/monitoring/podMonitor/interval'"),
+        ({"image": {"digest": "latest"}}, "at '/image/digest'"),
+    ],
+)
+def test_bad_values_fail_with_a_message_that_names_the_key(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as error:
+        render_files(values)
+    assert message in str(error.value)
+
+
+def test_replicas_with_glob_namespaces_are_refused() -> None:
+    with pytest.raises(helm.HelmError, match="KopfPeering in every watched namespace"):
+        render_files({"operator": {"replicas": 2, "watchNamespaces": ["team-*"]}})
+
+
+def test_servicemonitor_needs_the_operator_metrics() -> None:
+    values = {"operator": {"metrics": {"enabled": False}}, "monitoring": {"serviceMonitor": {"enabled": True}}}
+    with pytest.raises(helm.HelmError, match=r"needs operator\.metrics\.enabled"):
+        render_files(values)
+
+
+def test_every_documented_value_is_in_the_schema() -> None:
+    # values.yaml and values.schema.json describe the same keys (additionalProperties: false).
+    schema = chart().schema
+    assert schema is not None
+
+    def walk(values: dict[str, Any], node: dict[str, Any], path: str) -> None:
+        for key, value in values.items():
+            assert key in node.get("properties", {}), f"{path}{key} is not in values.schema.json"
+            child = node["properties"][key]
+            if isinstance(value, dict) and child.get("properties"):
+                walk(value, child, f"{path}{key}.")
+
+    walk(chart().values, schema, "")
+
+
+# --- the CRDs ----------------------------------------------------------------------------------
+
+
+def test_chart_crd_is_the_generated_crd(capsys: pytest.CaptureFixture[str]) -> None:
+    assert crd_main([]) == 0
+    generated = capsys.readouterr().out
+    assert (CHART / "crds" / "trainingjob.yaml").read_text() == generated, (
+        "charts/gpuwise/crds/trainingjob.yaml drifted: run `gpuwise crd > charts/gpuwise/crds/trainingjob.yaml`"
+    )
+    assert (ROOT / "crds" / "trainingjob.yaml").read_text() == generated
+
+
+def test_chart_installs_trainingjob_and_kopf_peering_crds() -> None:
+    names = {doc["metadata"]["name"] for doc in find(render(), "CustomResourceDefinition")}
+    assert names == {"trainingjobs.gpuwise.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
+
+
+# --- the operator ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_settings_configmap_is_valid_operator_settings(name: str) -> None:
+    values = VALUE_SETS[name]
+    docs = render(values)
+    settings = OperatorSettings.model_validate(
+        yaml.safe_load(one(docs, "ConfigMap", "gw-gpuwise-settings")["data"]["settings.yaml"])
+    )
+    assert settings.namespaces == values.get("operator", {}).get("watchNamespaces", [])
+    assert settings.sidecar.resources.to_k8s() == chart().values["sidecar"]["resources"]
+    # The operator reads it where the chart mounts it.
+    container = operator_container(docs)
+    config = next(a.split("=", 1)[1] for a in container["args"] if a.startswith("--config="))
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "settings")
+    assert config.startswith(mount["mountPath"] + "/")
+
+
+def test_default_images_are_the_chart_app_version_and_match_the_operator_defaults() -> None:
+    docs = render()
+    app_version = chart().metadata["appVersion"]
+    assert operator_container(docs)["image"] == f"ghcr.io/gpuwise/gpuwise:{app_version}"
+    settings = yaml.safe_load(one(docs, "ConfigMap", "gw-gpuwise-settings")["data"]["settings.yaml"])
+    assert settings["sidecar"]["image"] == SidecarSettings().image == f"ghcr.io/gpuwise/gpuwise:{app_version}"
+
+
+def test_images_and_sidecar_are_configurable() -> None:
+    digest = "sha256:" + "a" * 64
+    values = {
+        "image": {"repository": "registry.example/gw", "digest": digest},
+        "sidecar": {
+            "image": {"repository": "registry.example/gw-sidecar", "tag": "1.2.3"},
+            "resources": {"limits": {"memory": "1Gi"}},
+        },
+    }
+    docs = render(values)
+    assert operator_container(docs)["image"] == f"registry.example/gw@{digest}"
+    settings = yaml.safe_load(one(docs, "ConfigMap", "gw-gpuwise-settings")["data"]["settings.yaml"])
+    assert settings["sidecar"]["image"] == "registry.example/gw-sidecar:1.2.3"
+    assert settings["sidecar"]["resources"]["limits"] == {"memory": "1Gi"}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_operator_arguments_parse(name: str) -> None:
+    args = operator_container(render(VALUE_SETS[name]))["args"]
+    assert args[0] == "operator"
+    parsed = parse_args(args[1:])  # the operator's own parser accepts every flag the chart passes
+    assert parsed.liveness == "http://0.0.0.0:8080/healthz"
+    assert parsed.metrics_port == 9090
+
+
+def test_default_deployment_is_standalone_and_hardened() -> None:
+    docs = render()
+    deployment = one(docs, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = operator_container(docs)
+    assert not [a for a in container["args"] if a.startswith(("--peering", "--webhook"))]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["runAsUser"] == 65532  # the Dockerfile's USER
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+    # A writable /tmp (the kubernetes client caches discovery there) on a read-only root.
+    tmp = next(m for m in container["volumeMounts"] if m["mountPath"] == "/tmp")
+    assert next(v for v in pod["volumes"] if v["name"] == tmp["name"])["emptyDir"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["health"] == 8080
+    assert not find(docs, "ClusterKopfPeering") and not find(docs, "MutatingWebhookConfiguration")
+
+
+def test_several_replicas_peer_with_distinct_priorities() -> None:
+    docs = render(CLUSTERWIDE_HA)
+    assert one(docs, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
+    args = operator_container(docs)["args"]
+    assert "--peering=gw-gpuwise" in args and "--priority=random" in args
+    assert one(docs, "ClusterKopfPeering", "gw-gpuwise")
+    assert grants(docs, "clusterkopfpeerings") == {"get", "list", "watch", "patch"}
+    first, second = parse_args([*args[1:]]).priority, parse_args([*args[1:]]).priority
+    assert first != second
+
+    namespaced = render(EVERYTHING)
+    peerings = find(namespaced, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+    assert not find(namespaced, "ClusterKopfPeering")
+    assert grants(namespaced, "kopfpeerings", "Role") == {"get", "list", "watch", "patch"}
+
+
+# --- RBAC --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rbac_has_no_wildcards(name: str) -> None:
+    docs = render(VALUE_SETS[name])
+    for rule in rules_of(docs, "ClusterRole") + rules_of(docs, "Role"):
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[key], rule
+        assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+    assert not [r for r in rules_of(docs, "ClusterRole") + rules_of(docs, "Role") if "secrets" in r["resources"]]
+
+
+def test_default_rbac_is_least_privilege() -> None:
+    docs = render()
+    assert grants(docs, "trainingjobs") == {"get", "list", "watch", "patch"}
+    assert grants(docs, "trainingjobs/status") == {"patch"}
+    assert grants(docs, "jobs") == {"create", "get", "list", "watch", "patch"}
+    assert grants(docs, "services") == {"create", "get", "list", "watch"}
+    assert grants(docs, "pods") == {"get", "list", "watch"}
+    assert grants(docs, "events") == {"create", "patch"}
+    assert grants(docs, "customresourcedefinitions") == {"get", "list", "watch"}
+    assert grants(docs, "namespaces") == {"list", "watch"}
+    for absent in ("nodes", "pods/eviction", "mutatingwebhookconfigurations", "clusterkopfpeerings"):
+        assert not grants(docs, absent), absent
+    assert not find(docs, "Role")
+
+
+def test_actions_add_only_their_permissions() -> None:
+    mig = render({"actions": {"migRepartition": True}})
+    assert grants(mig, "nodes") == {"get", "list", "watch", "patch"}
+    assert grants(mig, "pods/eviction") == {"create"}
+    reschedule = render({"actions": {"reschedule": True}})
+    assert not grants(reschedule, "nodes")
+    assert grants(reschedule, "pods/eviction") == {"create"}
+
+
+def test_named_namespaces_get_roles_not_cluster_wide_access() -> None:
+    docs = render(EVERYTHING)
+    cluster = rules_of(docs, "ClusterRole")
+    assert {r for rule in cluster for r in rule["resources"]} == {"customresourcedefinitions", "nodes"}
+    roles = find(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    bindings = find(docs, "RoleBinding")
+    assert all(b["subjects"][0]["namespace"] == NAMESPACE for b in bindings)
+    assert grants(docs, "pods/eviction", "Role") == {"create"}
+    # Globs cannot be Roles: cluster-wide permissions, and kopf needs the namespace list.
+    globbed = render({"operator": {"watchNamespaces": ["team-*"]}})
+    assert not find(globbed, "Role") and grants(globbed, "namespaces") == {"list", "watch"}
+
+
+def test_managed_webhook_needs_and_gets_its_permission() -> None:
+    docs = render({"webhook": {"enabled": True, "managed": True}})
+    assert grants(docs, "mutatingwebhookconfigurations") == {"get", "list", "watch", "create", "patch"}
+    assert not find(docs, "MutatingWebhookConfiguration") and not find(docs, "Secret")
+    assert "--webhook-managed" in operator_container(docs)["args"]
+
+
+# --- the webhook -------------------------------------------------------------------------------
+
+
+def test_webhook_points_at_the_operator_service_and_its_handler() -> None:
+    docs = render(EVERYTHING)
+    config = one(docs, "MutatingWebhookConfiguration")
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["objectSelector"] == {"matchLabels": {wiring.LABEL_INJECT: "true"}}
+    assert hook["namespaceSelector"] == {"matchLabels": {"gpu": "yes"}}
+    service = hook["clientConfig"]["service"]
+    # kopf serves each admission handler at /<handler id>.
+    registry = build_registry(OperatorSettings(), webhook=True)
+    ids = {handler.id for handler in registry._webhooks.get_all_handlers()}
+    assert service["path"].lstrip("/") in ids
+    svc = one(docs, "Service", service["name"])
+    port = next(p for p in svc["spec"]["ports"] if p["port"] == service["port"])
+    container = operator_container(docs)
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    # The certificate: a Secret the API server trusts through caBundle, mounted and passed.
+    secret = one(docs, "Secret")
+    assert secret["type"] == "kubernetes.io/tls" and hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    args = parse_args(container["args"][1:])
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "webhook-cert")
+    assert (
+        str(args.webhook_cert) == f"{mount['mountPath']}/tls.crt"
+        and str(args.webhook_key) == f"{mount['mountPath']}/tls.key"
+    )
+    assert args.webhook_port == 9443
+
+
+def test_webhook_certificate_is_valid_for_the_service_name() -> None:
+    import base64
+    import ssl
+    import tempfile
+
+    docs = render({"webhook": {"enabled": True}})
+    data = one(docs, "Secret")["data"]
+    with (
+        tempfile.NamedTemporaryFile("w", suffix=".pem") as cert,
+        tempfile.NamedTemporaryFile("w", suffix=".pem") as key,
+    ):
+        cert.write(base64.b64decode(data["tls.crt"]).decode())
+        key.write(base64.b64decode(data["tls.key"]).decode())
+        cert.flush()
+        key.flush()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert.name, key.name)  # the key matches the certificate
+        decoded = ssl._ssl._test_decode_cert(cert.name)  # type: ignore[attr-defined]
+    names = {value for kind, value in decoded["subjectAltName"] if kind == "DNS"}
+    assert f"gw-gpuwise.{NAMESPACE}.svc" in names
+
+
+def test_cert_manager_certificate_replaces_the_generated_one() -> None:
+    docs = render(CLUSTERWIDE_HA)
+    assert not find(docs, "Secret")
+    certificate = one(docs, "Certificate")
+    config = one(docs, "MutatingWebhookConfiguration")
+    assert (
+        config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        == f"{NAMESPACE}/{certificate['metadata']['name']}"
+    )
+    assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+    assert f"gw-gpuwise.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    assert one(docs, "Issuer")["spec"] == {"selfSigned": {}}
+    own = copy.deepcopy(CLUSTERWIDE_HA)
+    own["webhook"]["certificate"]["certManager"] = {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}
+    docs = render(own)
+    assert not find(docs, "Issuer") and one(docs, "Certificate")["spec"]["issuerRef"]["name"] == "corp-ca"
+
+
+# --- monitoring --------------------------------------------------------------------------------
+
+
+def test_podmonitors_scrape_the_sidecar_port_of_trainingjob_and_injected_pods() -> None:
+    docs = render(EVERYTHING)
+    monitors = {m["metadata"]["name"]: m["spec"] for m in find(docs, "PodMonitor")}
+    assert set(monitors) == {"gw-gpuwise-sidecars", "gw-gpuwise-injected"}
+    for spec in monitors.values():
+        (endpoint,) = spec["podMetricsEndpoints"]
+        assert endpoint["port"] == wiring.METRICS_PORT_NAME
+        assert {"action": "replace", "targetLabel": "job", "replacement": SIDECAR_JOB} in endpoint["relabelings"]
+        assert spec["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    expressions = {
+        name: {e["key"]: e["operator"] for e in s["selector"]["matchExpressions"]} for name, s in monitors.items()
+    }
+    assert expressions["gw-gpuwise-sidecars"] == {wiring.LABEL_TRAININGJOB: "Exists"}
+    # Disjoint: a TrainingJob pod that also carries the inject label is scraped once.
+    assert expressions["gw-gpuwise-injected"] == {wiring.LABEL_INJECT: "In", wiring.LABEL_TRAININGJOB: "DoesNotExist"}
+    # Without the webhook there are no injected pods to scrape.
+    only = find(render(CLUSTERWIDE_HA | {"webhook": {"enabled": False}}), "PodMonitor")
+    assert [m["spec"]["namespaceSelector"] for m in only] == [{"any": True}]
+
+
+def test_servicemonitor_scrapes_the_operator_metrics_port() -> None:
+    docs = render(EVERYTHING)
+    monitor = one(docs, "ServiceMonitor")["spec"]
+    (endpoint,) = monitor["endpoints"]
+    assert {"action": "replace", "targetLabel": "job", "replacement": OPERATOR_JOB} in endpoint["relabelings"]
+    service = one(docs, "Service")
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+
+def test_prometheusrule_ships_the_generated_rules_with_the_values_applied() -> None:
+    generated = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    docs = render(EVERYTHING)
+    groups = {g["name"]: g for g in one(docs, "PrometheusRule")["spec"]["groups"]}
+    assert set(groups) == {g["name"] for g in generated["groups"]}
+    shipped = {r["alert"]: r for g in groups.values() for r in g["rules"]}
+    expected = {r["alert"]: r for g in generated["groups"] for r in g["rules"]}
+    assert set(shipped) == set(expected) - {"GpuwiseStepEventsDropped"}
+    for name, rule in shipped.items():
+        assert rule["expr"] == expected[name]["expr"] and rule["annotations"] == expected[name]["annotations"]
+        assert rule["labels"] == {**expected[name]["labels"], "team": "ml"}
+    # The operator's own alert needs its ServiceMonitor.
+    groups = one(render(CLUSTERWIDE_HA), "PrometheusRule")["spec"]["groups"]
+    assert [g["name"] for g in groups] == ["gpuwise-exporter"]
+
+
+def test_dashboards_are_configmaps_for_the_grafana_sidecar() -> None:
+    docs = render(EVERYTHING)
+    maps = [m for m in find(docs, "ConfigMap") if "dashboard" in m["metadata"]["name"]]
+    files = {key: json.loads(value) for m in maps for key, value in m["data"].items()}
+    assert set(files) == {"gpuwise-cluster.json", "gpuwise-job.json", "dcgm-exporter.json"}
+    for m in maps:
+        assert m["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert m["metadata"]["namespace"] == "monitoring"
+        assert m["metadata"]["annotations"] == {"grafana_folder": "GPUs"}
+    for key, model in files.items():
+        assert model == json.loads((CHART / "files" / "dashboards" / key).read_text())
+    without = render({"grafana": {"dashboards": {"dcgmExporter": False}}})
+    assert len([m for m in find(without, "ConfigMap") if "dashboard" in m["metadata"]["name"]]) == 2
+    assert not [
+        m
+        for m in find(render({"grafana": {"dashboards": {"enabled": False}}}), "ConfigMap")
+        if "dashboard" in m["metadata"]["name"]
+    ]
+
+
+def test_network_policy_admits_the_operator_ports() -> None:
+    docs = render(EVERYTHING)
+    policy = one(docs, "NetworkPolicy")["spec"]
+    ports = {p["port"] for rule in policy["ingress"] for p in rule["ports"]}
+    container_ports = {p["containerPort"] for p in operator_container(docs)["ports"]}
+    assert ports == container_ports
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_notes_tell_what_to_do_next(name: str) -> None:
+    notes = next(text for path, text in render_files(VALUE_SETS[name]).items() if path.endswith("NOTES.txt"))
+    assert "kubectl apply" in notes and "kubectl get tj" in notes
+    assert "gpuwise / Cluster overview" in notes

@@ -1,0 +1,235 @@
+"""The alert rules: generated from the catalog, accepted by promtool, and unit-tested with it.
+
+Every alert has a case where it fires, and one healthy fleet (including the readings a GPU does not
+support, which fail on every round by design) on which none of them fires.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuwise.metrics import catalog
+from gpuwise.observability import RULE_GROUPS
+from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB
+from gpuwise.observability.rules import EXPECTED_REASONS
+from gpuwise.sidecar import backend
+from tests.chart.support import CHART, EVERYTHING, one, render
+
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (make system-deps)")
+RULES = CHART / "files" / "prometheus-rules.yaml"
+ALERTS = {alert.name: alert for group in RULE_GROUPS for alert in group.alerts}
+
+POD = 'namespace="team", pod="job-0"'
+GPU = f'{POD}, gpu="0", UUID="GPU-0"'
+
+
+@dataclass
+class Case:
+    """Input series (PromQL selector -> promtool expanding notation), and what fires when."""
+
+    name: str
+    series: dict[str, str]
+    checks: list[tuple[str, str, list[dict[str, str]]]] = field(default_factory=list)  # (time, alert, fired labels)
+
+
+HEALTHY = Case(
+    "a healthy fleet",
+    {
+        f'up{{job="{SIDECAR_JOB}", {POD}}}': "1x40",
+        f'up{{job="{OPERATOR_JOB}", namespace="gpuwise", pod="gpuwise-0"}}': "1x40",
+        f"{catalog.LAST_SAMPLE.name}{{{POD}}}": "0+60x40",  # sampled every minute, in step with time()
+        # Readings this GPU does not have fail on every round: an explanation, not an error.
+        **{
+            f'{catalog.SAMPLE_ERRORS.name}{{{GPU}, field="DCGM_FI_PROF_SM_ACTIVE", reason="{reason}"}}': "1+60x40"
+            for reason in EXPECTED_REASONS
+        },
+        # Drops long ago (already there 10 minutes before), none since; an old XID, none since.
+        f'{catalog.EVENTS_DROPPED.name}{{{POD}, reason="flood"}}': "3x40",
+        f'{catalog.XID_EVENTS.name}{{{GPU}, xid="13"}}': "1x40",
+    },
+    [(time, alert, []) for time in ("12m", "25m", "40m") for alert in ALERTS],
+)
+
+CASES = [
+    HEALTHY,
+    Case(
+        "a sidecar stops answering scrapes",
+        {f'up{{job="{SIDECAR_JOB}", {POD}}}': "1 1 0x20"},
+        [
+            ("5m", "GpuwiseSidecarDown", []),  # down for 3 minutes: not yet
+            ("10m", "GpuwiseSidecarDown", [{"job": SIDECAR_JOB, "namespace": "team", "pod": "job-0"}]),
+        ],
+    ),
+    Case(
+        "NVML sampling hangs",
+        {f"{catalog.LAST_SAMPLE.name}{{{POD}}}": "0+60x5 300x20"},
+        [
+            ("7m", "GpuwiseSidecarSamplingStalled", []),
+            ("12m", "GpuwiseSidecarSamplingStalled", [{"namespace": "team", "pod": "job-0"}]),
+        ],
+    ),
+    Case(
+        "a reading keeps timing out",
+        {
+            f'{catalog.SAMPLE_ERRORS.name}{{{GPU}, field="DCGM_FI_DEV_POWER_USAGE", reason="timeout"}}': "0+1x30",
+            f'{catalog.SAMPLE_ERRORS.name}{{{GPU}, field="DCGM_FI_PROF_SM_ACTIVE", reason="not_supported"}}': "0+1x30",
+        },
+        [
+            ("5m", "GpuwiseNvmlErrors", []),
+            (
+                "15m",
+                "GpuwiseNvmlErrors",
+                [
+                    {
+                        "namespace": "team",
+                        "pod": "job-0",
+                        "gpu": "0",
+                        "UUID": "GPU-0",
+                        "field": "DCGM_FI_DEV_POWER_USAGE",
+                        "reason": "timeout",
+                    }
+                ],
+            ),
+        ],
+    ),
+    Case(
+        "a GPU falls off the bus: its first error counter appears already at 1",
+        {f'{catalog.SAMPLE_ERRORS.name}{{{GPU}, field="DCGM_FI_DEV_GPU_UTIL", reason="gpu_lost"}}': "_x3 1+1x10"},
+        [
+            ("2m", "GpuwiseGpuLost", []),
+            ("5m", "GpuwiseGpuLost", [{"namespace": "team", "pod": "job-0", "gpu": "0", "UUID": "GPU-0"}]),
+            ("5m", "GpuwiseNvmlErrors", []),  # the critical alert, not both
+        ],
+    ),
+    Case(
+        "an application XID, then nothing more",
+        {f'{catalog.XID_EVENTS.name}{{{GPU}, xid="13"}}': "_x5 1x20"},
+        [
+            (
+                "7m",
+                "GpuwiseXidError",
+                [{"namespace": "team", "pod": "job-0", "gpu": "0", "UUID": "GPU-0", "xid": "13"}],
+            ),
+            ("7m", "GpuwiseHardwareXidError", []),
+            ("20m", "GpuwiseXidError", []),  # resolved once it is older than the window
+        ],
+    ),
+    Case(
+        "a hardware XID on a GPU that already had an application one",
+        {
+            f'{catalog.XID_EVENTS.name}{{{GPU}, xid="79"}}': "_x5 1x20",
+            f'{catalog.XID_EVENTS.name}{{{GPU}, xid="13"}}': "2x25",
+        },
+        [
+            (
+                "7m",
+                "GpuwiseHardwareXidError",
+                [{"namespace": "team", "pod": "job-0", "gpu": "0", "UUID": "GPU-0", "xid": "79"}],
+            ),
+            ("12m", "GpuwiseXidError", []),
+        ],
+    ),
+    Case(
+        "the sidecar keeps dropping step events",
+        {f'{catalog.EVENTS_DROPPED.name}{{{POD}, reason="flood"}}': "0+10x30"},
+        [
+            ("8m", "GpuwiseStepEventsDropped", []),
+            ("15m", "GpuwiseStepEventsDropped", [{"namespace": "team", "pod": "job-0", "reason": "flood"}]),
+        ],
+    ),
+    Case(
+        "the operator is down",
+        {f'up{{job="{OPERATOR_JOB}", namespace="gpuwise", pod="gpuwise-0"}}': "0x20"},
+        [("10m", "GpuwiseOperatorDown", [{"job": OPERATOR_JOB, "namespace": "gpuwise", "pod": "gpuwise-0"}])],
+    ),
+]
+
+_TEMPLATE = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
+
+
+def expand(text: str, labels: dict[str, str]) -> str:
+    """Prometheus's alert templating, for the only construct the rules use."""
+    assert "{{" not in _TEMPLATE.sub("", text), f"unexpected template in {text!r}"
+    return _TEMPLATE.sub(lambda m: labels.get(m[1], ""), text)
+
+
+def promtool_tests(cases: list[Case], rules: Path) -> dict[str, Any]:
+    tests = []
+    for case in cases:
+        checks = []
+        for time, name, fired in case.checks:
+            alert = ALERTS[name]
+            expected = []
+            for labels in fired:
+                full = {**labels, "severity": alert.severity}
+                annotations = {"summary": alert.summary, "description": alert.description}
+                expected.append(
+                    {"exp_labels": full, "exp_annotations": {k: expand(v, full) for k, v in annotations.items()}}
+                )
+            checks.append({"eval_time": time, "alertname": name, "exp_alerts": expected})
+        series = [{"series": selector, "values": values} for selector, values in case.series.items()]
+        tests.append({"name": case.name, "interval": "1m", "input_series": series, "alert_rule_test": checks})
+    return {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": tests}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PROMTOOL or "promtool", *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_promtool_accepts_the_shipped_rules() -> None:
+    result = promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_accepts_the_rendered_prometheusrule(tmp_path: Path) -> None:
+    spec = one(render(EVERYTHING), "PrometheusRule")["spec"]
+    path = tmp_path / "rendered.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alert_rules_unit_tests(tmp_path: Path) -> None:
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(promtool_tests(CASES, RULES), sort_keys=False))
+    result = promtool("test", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_unit_tests_can_fail(tmp_path: Path) -> None:
+    # A case that expects the healthy fleet to alert must fail: promtool is really checking.
+    wrong = Case(
+        "wrong",
+        HEALTHY.series,
+        [("25m", "GpuwiseSidecarDown", [{"job": SIDECAR_JOB, "namespace": "team", "pod": "job-0"}])],
+    )
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(promtool_tests([wrong], RULES)))
+    assert promtool("test", "rules", str(path)).returncode != 0
+
+
+def test_every_alert_has_a_firing_case_and_stays_quiet_when_healthy() -> None:
+    fired = {name for case in CASES for _, name, labels in case.checks if labels}
+    assert fired == set(ALERTS)
+    assert {name for _, name, _ in HEALTHY.checks} == set(ALERTS)
+
+
+def test_expected_reasons_are_the_sidecar_s() -> None:
+    # The reasons the rules treat as "not an error" are reasons the sidecar really reports.
+    assert set(EXPECTED_REASONS) <= {
+        value for key, value in vars(backend).items() if key.isupper() and isinstance(value, str)
+    }
+    assert {"not_supported", "mig_unsupported", "unavailable"} == {
+        backend.NOT_SUPPORTED,
+        backend.MIG_UNSUPPORTED,
+        backend.UNAVAILABLE,
+    }
