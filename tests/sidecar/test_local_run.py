@@ -56,12 +56,11 @@ def test_simulated_gpus_and_prometheus_while_it_runs(short_tmp: Path) -> None:
         f"""
         import time, urllib.request
         from gpuwise import instrument
-        for _ in range(5):
+        for _ in range(60):  # 1.2 s of steps, half of each waiting for input
             with instrument.data_wait():
                 time.sleep(0.01)
             time.sleep(0.01)
             instrument.step_end(samples=2)
-        time.sleep(1.2)  # let a few GPU samples be taken
         text = urllib.request.urlopen("http://127.0.0.1:{port}/metrics").read().decode()
         print("DCGM_FI_DEV_GPU_UTIL" in text, "gpuwise_steps_total" in text)
         """
@@ -74,15 +73,17 @@ def test_simulated_gpus_and_prometheus_while_it_runs(short_tmp: Path) -> None:
     assert "True True" in result.stdout
     assert "simulated: 2 GPU(s) playing 'data-starved'" in result.stdout
     report = json.loads((short_tmp / "sim.json").read_text())
-    assert report["steps"] == 5 and report["backend"] == {
-        "name": "simulated",
-        "scenario": "data-starved",
-        "note": report["backend"]["note"],
-    }
+    assert report["steps"] == 60
+    assert (report["backend"]["name"], report["backend"]["scenario"]) == ("simulated", "data-starved")
     assert {record["gpu"] for record in report["trace"]} == {0, 1}
     assert [gpu["gpu"] for gpu in report["gpus"]] == [0, 1]
     assert report["gpus"][0]["mean_util"] < 50
     assert 0.3 < report["breakdown"]["data_wait_ratio"] < 0.8
+    # The efficiency engine, fed from the embedded sidecar, names the bottleneck.
+    (finding,) = [d for d in report["diagnosis"] if d["kind"] == "InputBound"]
+    assert "waiting for input while GPU utilization is" in finding["message"]
+    assert finding["message"] in report["findings"]
+    assert "Try: num_workers=1" in finding["recommendation"], "local tunables are the settings themselves"
 
 
 @pytest.mark.parametrize(

@@ -137,6 +137,13 @@ class Recorder:
                 return
             self._trace.extend(records)
 
+    def elapsed(self) -> float:
+        """Seconds since the recording started."""
+        return self._clock() - self.started
+
+    def model(self, gpu: int) -> str:
+        return self._models.get(gpu, "")
+
     def steps(self) -> list[StepRecord]:
         with self._lock:
             return list(self._steps)

@@ -36,6 +36,7 @@ class Run:
     steps: list[StepRecord]
     trace: list[dict[str, Any]]
     truncated: bool
+    diagnosis: list[dict[str, Any]]  # the efficiency engine's findings, see gpuwise.local.diagnosis
 
 
 def write(path: Path, run: Run) -> None:
@@ -70,7 +71,8 @@ def to_json(run: Run) -> dict[str, Any]:
         },
         "setup": s.setup,
         "gpus": s.gpus,
-        "findings": s.findings(),
+        "findings": s.findings() + [finding["message"] for finding in run.diagnosis],
+        "diagnosis": run.diagnosis,
         "per_step": [
             {
                 "t": round(r.t, 4),
@@ -103,7 +105,8 @@ def to_html(run: Run) -> str:
         ("DataLoader", ", ".join(f"{k}={_or_dash(v)}" for k, v in s.setup.items())),
     ]
     table = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    findings = "\n".join(f"<li>{html.escape(line)}</li>" for line in s.findings())
+    lines = s.findings() + [f"{d['kind']}: {d['message']} {d['recommendation'] or ''}" for d in run.diagnosis]
+    findings = "\n".join(f"<li>{html.escape(line)}</li>" for line in lines)
     gpu_plot = _gpu_plot(run.trace)
     return _PAGE.format(
         title=html.escape(" ".join(run.command)[:80]),

@@ -1,0 +1,125 @@
+"""The efficiency engine's findings for a local run: what the recorder saw, as a `JobWindow`.
+
+The operator fills a `JobWindow` from Prometheus; `gpuwise run` fills it from its embedded
+sidecar, over the span the command was training (start-up and shutdown are not the job's
+steady state), and asks the same rules, with no start-up grace. A local run has no TrainingJob
+declaring which environment variables tune it, so its tunables are named after the settings
+themselves (`num_workers`, `pin_memory`, `batch_size`, `autocast`): a recommendation then
+reads as the change to make in the script.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from gpuwise.diagnose.window import JobWindow
+from gpuwise.local.recorder import Recorder, Summary
+from gpuwise.metrics import catalog
+from gpuwise.sidecar.steps import ProcessSteps
+
+MIB = 1024 * 1024
+
+
+def findings(
+    recorder: Recorder, summary: Summary, processes: list[ProcessSteps], interval: float
+) -> list[dict[str, Any]]:
+    """The engine's findings, most confident first, as plain data for the report."""
+    from gpuwise.api.trainingjob import IntTunable, SwitchTunable, Tunables
+    from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
+    from gpuwise.diagnose.window import Sustain
+
+    cores = len(os.sched_getaffinity(0))
+    tunables = Tunables(
+        batch_size=IntTunable(env="batch_size", min=1, max=1 << 16),
+        data_loader_workers=IntTunable(env="num_workers", min=0, max=max(cores, 1)),
+        pin_memory=SwitchTunable(env="pin_memory"),
+        amp=SwitchTunable(env="autocast"),
+    )
+    context = Context(
+        window=window(recorder, summary, processes, interval),
+        tunables=tunables,
+        thresholds=DiagnosisThresholds(),
+        sustain=Sustain(grace_seconds=0.0),
+        now=datetime.datetime.now(datetime.UTC),
+        active=frozenset(),
+        since={},
+    )
+    return [
+        {
+            "kind": finding.kind,
+            "confidence": finding.confidence,
+            "message": finding.message,
+            "evidence": finding.evidence,
+            "recommendation": _advice(recommendation.message, recommendation.changes) if recommendation else None,
+        }
+        for finding, recommendation in diagnose(context)
+    ]
+
+
+def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], interval: float) -> JobWindow:
+    steps = recorder.steps()
+    elapsed = recorder.elapsed()
+    start = steps[0].t - steps[0].seconds / steps[0].count if steps else 0.0
+    end = steps[-1].t if steps else elapsed
+    utilization: defaultdict[float, list[float]] = defaultdict(list)
+    per_metric: defaultdict[str, list[float]] = defaultdict(list)
+    busiest: tuple[float, float] | None = None  # (used, total) MiB of the fullest GPU sample
+    gpus: set[int] = set()
+    for record in recorder.trace():
+        if not start <= record["t"] <= end:
+            continue
+        values, gpus = record["values"], gpus | {record["gpu"]}
+        if catalog.GPU_UTIL.name in values:
+            utilization[record["t"]].append(values[catalog.GPU_UTIL.name])
+        for metric in (catalog.SM_ACTIVE, catalog.TENSOR_ACTIVE):
+            if metric.name in values:
+                per_metric[metric.name].append(values[metric.name])
+        memory = [values.get(m.name) for m in (catalog.FB_USED, catalog.FB_FREE, catalog.FB_RESERVED)]
+        if memory[0] is not None and memory[1] is not None:
+            total = memory[0] + memory[1] + (memory[2] or 0.0)
+            busiest = max(busiest or (0.0, total), (memory[0], total))
+    waits: defaultdict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for step in steps:
+        bucket = waits[int(step.t // interval)]
+        bucket[0] += step.seconds
+        bucket[1] += step.wait_seconds
+    setup = summary.setup
+    peaks = [
+        (p.batch_size, p.cuda_allocated_peak / MIB)
+        for p in processes
+        if p.batch_size is not None and p.cuda_allocated_peak is not None
+    ]
+    models = sorted({recorder.model(gpu) for gpu in gpus} - {""})
+    return JobWindow(
+        window_seconds=max(end - start, interval),
+        sample_interval_seconds=interval,
+        job_age_seconds=elapsed,
+        gpu_utilization=[statistics.fmean(values) for _, values in sorted(utilization.items())],
+        data_wait_fraction=[wait / seconds for seconds, wait in waits.values() if seconds > 0],
+        sm_activity=_mean(per_metric[catalog.SM_ACTIVE.name]),
+        tensor_activity=_mean(per_metric[catalog.TENSOR_ACTIVE.name]),
+        memory_used_mib=busiest[0] if busiest else None,
+        memory_total_mib=busiest[1] if busiest else None,
+        seconds_since_last_step=elapsed - steps[-1].t if steps else None,
+        gpus=max(len(gpus), 1),
+        gpu_model=models[0] if models else None,
+        cpu_cores=float(len(os.sched_getaffinity(0))),
+        batch_size=setup.get("batch_size"),
+        num_workers=setup.get("num_workers"),
+        pin_memory=setup.get("pin_memory"),
+        autocast=setup.get("autocast"),
+        memory_by_batch=tuple(peaks),
+    )
+
+
+def _advice(message: str, changes: dict[str, str]) -> str:
+    settings = ", ".join(f"{name}={value}" for name, value in changes.items())
+    return f"{message} Try: {settings}." if settings else message
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
