@@ -119,3 +119,18 @@ def test_healthz_and_unknown_paths(running: Sidecar) -> None:
     base = f"http://127.0.0.1:{running.server.port}"
     assert get(f"{base}/healthz") == (200, "ok\n")
     assert get(f"{base}/nope")[0] == 404
+
+
+def test_every_series_carries_only_labels_its_catalog_entry_lists(running: Sidecar) -> None:
+    from gpuwise.metrics import BY_NAME
+
+    _, text = metrics(running)
+    checked = 0
+    for series in parse(text):
+        metric = BY_NAME.get(re.sub(r"_(bucket|sum|count)$", "", series.name)) or BY_NAME.get(series.name)
+        if metric is None:
+            assert series.name.startswith(("process_", "python_")), series.name
+            continue
+        assert set(series.labels) - {"le"} <= set(metric.labels), series.name
+        checked += 1
+    assert checked > 100

@@ -244,3 +244,18 @@ def test_the_final_totals_are_resent_at_exit(inbox: Inbox) -> None:
     assert inbox.receive()[0].steps == 100
     tracker.flush()  # nothing owed any more
     assert inbox.pending() == []
+
+
+def test_samples_are_read_from_common_batch_shapes() -> None:
+    from gpuwise.instrument.torch_hooks import _batch_length
+
+    class Tensor:
+        def __init__(self, *shape: int) -> None:
+            self.shape = shape
+
+    assert _batch_length((Tensor(32, 3), Tensor(32))) == 32
+    assert _batch_length({"input_ids": Tensor(8, 128), "labels": Tensor(8)}) == 8
+    assert _batch_length([[Tensor(4, 2)]]) == 4
+    assert _batch_length(Tensor()) is None  # a scalar
+    assert _batch_length("text") is None
+    assert _batch_length([]) is None

@@ -20,6 +20,7 @@ from gpuwise.metrics.spec import (
     Kind,
     Metric,
     Scope,
+    scope_labels,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "Metric",
     "Scope",
     "catalog",
+    "scope_labels",
 ]

@@ -56,6 +56,11 @@ _SCOPE_LABELS: Final[dict[Scope, tuple[str, ...]]] = {
 }
 
 
+def scope_labels(scope: Scope) -> tuple[str, ...]:
+    """The labels every series of this scope may carry (a metric may add its extra labels)."""
+    return _SCOPE_LABELS[scope]
+
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     """One metric family.
@@ -75,7 +80,7 @@ class Metric:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return _SCOPE_LABELS[self.scope] + self.extra_labels
+        return scope_labels(self.scope) + self.extra_labels
 
     @property
     def dcgm(self) -> bool:

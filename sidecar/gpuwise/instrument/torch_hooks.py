@@ -89,11 +89,14 @@ def _timed_next(
             except StopIteration:
                 tracker.fetched(start, clock(), None)
                 raise
-            tracker.fetched(start, clock(), _batch_length(batch))
-            seen = last[0]
-            if seen is None or seen() is not self:
-                last[0] = weakref.ref(self)
-                _describe_loader(tracker, self)
+            try:  # whatever the batch holds, the training loop gets it
+                tracker.fetched(start, clock(), _batch_length(batch))
+                seen = last[0]
+                if seen is None or seen() is not self:
+                    last[0] = weakref.ref(self)
+                    _describe_loader(tracker, self)
+            except Exception:
+                pass
             return batch
 
         return __next__
@@ -114,10 +117,6 @@ def _batch_length(batch: Any) -> int | None:
 
     Looks at most three levels into lists, tuples and dicts: `(x, y)`, `{"input": x}`...
     """
-    if type(batch) in _SEQUENCES and batch:  # the common `(inputs, targets)` first, cheaply
-        shape = getattr(batch[0], "shape", None)
-        if shape:
-            return int(shape[0])
     for _ in range(3):
         shape = getattr(batch, "shape", None)
         if shape is not None:
@@ -129,9 +128,6 @@ def _batch_length(batch: Any) -> int | None:
         else:
             return None
     return None
-
-
-_SEQUENCES = (list, tuple)
 
 
 def _noticed_enter(tracker: Tracker) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:

@@ -15,7 +15,7 @@ from typing import Final
 from prometheus_client.metrics_core import Metric as Family
 from prometheus_client.registry import Collector
 
-from gpuwise.metrics import Metric, Scope, catalog
+from gpuwise.metrics import Metric, Scope, catalog, scope_labels
 from gpuwise.sidecar.backend import Device
 from gpuwise.sidecar.exposition import format_value
 from gpuwise.sidecar.identity import Identity
@@ -46,43 +46,41 @@ class Families:
 
 
 class Labeller:
-    """Label sets for each scope, computed once per device and dropped of empty values."""
+    """Label values, picked for each series by the label names its catalog entry lists.
+
+    The label set of a scope is computed once per device; empty values are left out.
+    """
 
     def __init__(self, identity: Identity, simulated: bool) -> None:
-        self._identity = identity
-        self._simulated = "true" if simulated else ""
+        self._common = {
+            "namespace": identity.namespace,
+            "pod": identity.pod,
+            "trainingjob": identity.trainingjob,
+            "worker": identity.worker,
+            "Hostname": identity.hostname,
+            "simulated": "true" if simulated else "",
+        }
         self._cache: dict[tuple[Scope, Device | None], Labels] = {}
-        job = {"namespace": identity.namespace, "pod": identity.pod}
-        job |= {"trainingjob": identity.trainingjob, "worker": identity.worker}
-        self.job: Final = _present(job)
 
-    def device(self, scope: Scope, device: Device | None) -> Labels:
-        key = (scope, device)
+    def __call__(self, metric: Metric, device: Device | None = None, /, **extra: str) -> Labels:
+        key = (metric.scope, device)
         labels = self._cache.get(key)
         if labels is None:
-            labels = self._cache[key] = self._build(scope, device)
-        return labels
+            values = self._common if device is None else {**self._common, **_device_values(device)}
+            labels = self._cache[key] = {name: values[name] for name in scope_labels(metric.scope) if values.get(name)}
+        return {**labels, **extra} if extra else labels
 
-    def _build(self, scope: Scope, device: Device | None) -> Labels:
-        if device is None:
-            return _present({**self.job, "simulated": self._simulated})
-        mig = {"GPU_I_PROFILE": device.mig_profile or "", "GPU_I_ID": _text(device.mig_instance)}
-        if scope is Scope.GPU:
-            short = {"gpu": str(device.index), "UUID": device.uuid, "GPU_I_ID": mig["GPU_I_ID"]}
-            return _present({**short, **self.job, "simulated": self._simulated})
-        dcgm = {
-            "gpu": str(device.index),
-            "UUID": device.uuid,
-            "pci_bus_id": device.pci_bus_id,
-            "device": "" if device.minor is None else f"nvidia{device.minor}",
-            "modelName": device.model,
-            "Hostname": self._identity.hostname,
-            **mig,
-            "pod": self._identity.pod,
-            "namespace": self._identity.namespace,
-            "simulated": self._simulated,
-        }
-        return _present(dcgm)
+
+def _device_values(device: Device) -> Labels:
+    return {
+        "gpu": str(device.index),
+        "UUID": device.uuid,
+        "pci_bus_id": device.pci_bus_id,
+        "device": "" if device.minor is None else f"nvidia{device.minor}",
+        "modelName": device.model,
+        "GPU_I_PROFILE": device.mig_profile or "",
+        "GPU_I_ID": "" if device.mig_instance is None else str(device.mig_instance),
+    }
 
 
 class SidecarCollector(Collector):
@@ -102,10 +100,8 @@ class SidecarCollector(Collector):
         self._book = book
         self._receiver = receiver
         self._labels = Labeller(identity, simulated)
-        self._info = {
-            **self._labels.job,
-            **_present({"backend": backend, "scenario": scenario, "version": VERSION}),
-        }
+        about = {"backend": backend, "scenario": scenario, "version": VERSION}
+        self._info = self._labels(catalog.SIDECAR_INFO, **{name: value for name, value in about.items() if value})
         self._wall = wall
         self._cached: tuple[Snapshot | None, list[Family]] = (None, [])
 
@@ -122,20 +118,20 @@ class SidecarCollector(Collector):
     def _device_families(self, snapshot: Snapshot) -> Families:
         families = Families()
         for reading in snapshot.sample.readings:
-            labels = self._labels.device(reading.metric.scope, reading.device)
-            if reading.extra:
-                labels = {**labels, **dict(reading.extra)}
-            families.add(reading.metric, labels, reading.value)
+            families.add(
+                reading.metric, self._labels(reading.metric, reading.device, **dict(reading.extra)), reading.value
+            )
         for (device, field, reason), count in snapshot.failures.items():
-            labels = {**self._labels.device(Scope.GPU, device), "field": field, "reason": reason}
-            families.add(catalog.SAMPLE_ERRORS, labels, count)
+            families.add(
+                catalog.SAMPLE_ERRORS, self._labels(catalog.SAMPLE_ERRORS, device, field=field, reason=reason), count
+            )
         return families
 
     def _step_families(self, processes: list[ProcessSteps]) -> Families:
         families = Families()
         now = self._wall()
         for process in processes:
-            labels = {**self._labels.job, "local_rank": str(process.rank)}
+            labels = self._labels(catalog.STEPS, local_rank=str(process.rank))
             families.add(catalog.STEPS, labels, process.steps)
             if process.samples is not None:
                 families.add(catalog.SAMPLES, labels, process.samples)
@@ -164,7 +160,7 @@ class SidecarCollector(Collector):
 
     def _sidecar_families(self, snapshot: Snapshot | None) -> Families:
         families = Families()
-        job = self._labels.job
+        job = self._labels(catalog.SAMPLE_ROUNDS)
         families.add(catalog.SIDECAR_INFO, self._info, 1.0)
         if snapshot is not None:
             families.add(catalog.SAMPLE_ROUNDS, job, snapshot.rounds)
@@ -175,14 +171,6 @@ class SidecarCollector(Collector):
             for reason, count in sorted(self._receiver.dropped.items()):
                 families.add(catalog.EVENTS_DROPPED, {**job, "reason": reason}, count)
         return families
-
-
-def _present(labels: Mapping[str, str]) -> Labels:
-    return {name: value for name, value in labels.items() if value}
-
-
-def _text(value: int | None) -> str:
-    return "" if value is None else str(value)
 
 
 def _flag(value: bool | None) -> float | None:
