@@ -45,8 +45,10 @@ unit: $(STAMP) system-deps $(CHECKOV)
 
 test: lint typecheck unit
 
+# The CRD is generated from the models; the chart ships the same file (drift tests check both).
 crd: $(STAMP)
 	$(BIN)/gpuwise crd > crds/trainingjob.yaml
+	cp crds/trainingjob.yaml charts/gpuwise/crds/trainingjob.yaml
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

@@ -138,7 +138,7 @@ def register_webhook(registry: kopf.OperatorRegistry, settings: OperatorSettings
         "v1",
         "pods",
         labels={wiring.LABEL_INJECT: "true"},
-        operation="CREATE",
+        operations=["CREATE"],
         id="inject-sidecar",
         # Telemetry must never block a workload: with the operator down, pods start without it.
         ignore_failures=True,
