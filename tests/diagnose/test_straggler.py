@@ -111,3 +111,13 @@ def test_pai_job_2_has_no_straggler_but_a_persistently_slow_worker() -> None:
 def test_pai_job_2_with_an_injected_episode() -> None:
     samples = inject(load("job_2_norm.csv"), worker=3, start=1201, end=1401, slowdown=1.6)
     assert detect_stragglers(samples) == [Episode(3, 1201.0, 1401.0, pytest.approx(1.6, rel=0.1))]  # type: ignore[arg-type]
+
+
+def test_noise_near_the_lower_threshold_does_not_stretch_an_episode() -> None:
+    # Eight steady workers; worker 2 is 2.5x slower for steps 100-109, then shows one 1.15x blip.
+    samples = [(10.0 * s, w, 100.0) for s in range(200) for w in range(8) if w != 2]
+    for s in range(200):
+        factor = 2.5 if 100 <= s <= 109 else 1.15 if s == 112 else 1.0
+        samples.append((10.0 * s, 2, 100.0 * factor))
+    (episode,) = detect_stragglers(samples)
+    assert (episode.worker, episode.start, episode.end) == (2, 1000.0, 1090.0)

@@ -15,9 +15,11 @@ only that:
    its baseline and `min_z` robust standard deviations (MAD-based) above it, so noisy workers
    need a larger jump than quiet ones.
 4. **Sustained, with hysteresis.** An episode opens when `enter_count` of the last `enter_window`
-   samples are slow; it stays open while samples stay above a lower threshold (half the entry
-   slowdown) and closes after `exit_after` normal samples in a row. Samples inside an episode
-   never update the baseline, so a long episode cannot teach the detector that slow is normal.
+   samples are slow; samples above a lower threshold (half the entry slowdown) hold it open
+   through brief dips, and it closes after `exit_after` normal samples in a row. It ends at its
+   last clearly slow sample: noise near the lower threshold never stretches it. Samples inside an
+   episode never update the baseline, so a long episode cannot teach the detector that slow is
+   normal.
 
 The defaults come from those principles, not from any one trace; `bench/stragglers.py` runs them
 on Alibaba PAI traces the detector was not fitted to.
@@ -127,9 +129,12 @@ class _WorkerState:
             elif not slow:
                 self.history.append(ratio)
             return None
-        if slowdown >= policy.stay_slowdown and z >= policy.min_z / 2:
+        if slowdown >= policy.min_slowdown and z >= policy.min_z:  # clearly slow: the episode goes on
             self.last_slow, self.normal_streak = time, 0
             self.peak = max(self.peak, slowdown)
+            return None
+        if slowdown >= policy.stay_slowdown and z >= policy.min_z / 2:  # a dip: hold the episode open
+            self.normal_streak = 0
             return None
         self.normal_streak += 1
         if self.normal_streak < policy.exit_after:
