@@ -83,7 +83,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from tests.sidecar.support import eventually, free_port
+    from tests.support.waiting import eventually, free_port
 
     from gpuwise.instrument import torch_hooks
     from gpuwise.instrument.sender import Sender

@@ -16,20 +16,18 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import urllib.parse
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from gpuwise.observability import DASHBOARDS
 from gpuwise.observability.promql import SIDECAR_JOB
 from tests.chart.support import CHART
-from tests.sidecar.support import SidecarProcess, environment, eventually, free_port, get, sidecar
+from tests.sidecar.support import SidecarProcess, environment, sidecar
+from tests.support.prometheus import Prometheus, running
+from tests.support.waiting import eventually, get
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -80,28 +78,9 @@ MANUAL_TRAINER = textwrap.dedent(
 )
 
 
-@dataclass
-class Prometheus:
-    url: str
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        status, body = get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
-        assert status == 200, f"{promql}: {body}"
-        result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
-        return result
-
-    def label_values(self, label: str, match: str) -> list[str]:
-        query = urllib.parse.urlencode({"match[]": match})
-        status, body = get(f"{self.url}/api/v1/label/{label}/values?{query}")
-        assert status == 200, f"{match}: {body}"
-        values: list[str] = json.loads(body)["data"]
-        return values
-
-
 @contextmanager
 def prometheus(tmp: Path, sidecars: list[tuple[str, SidecarProcess]]) -> Iterator[Prometheus]:
     """A real Prometheus scraping the sidecars with the PodMonitor's labelling, rules loaded."""
-    port = free_port()
     targets = [
         {
             "targets": [f"127.0.0.1:{side.port}"],
@@ -127,33 +106,8 @@ def prometheus(tmp: Path, sidecars: list[tuple[str, SidecarProcess]]) -> Iterato
             }
         ],
     }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    command = [
-        shutil.which("prometheus") or "prometheus",
-        f"--config.file={tmp / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    server = Prometheus(f"http://127.0.0.1:{port}")
-    try:
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(process.stderr.read().decode() if process.stderr else "prometheus exited")
-            try:
-                return get(f"{server.url}/-/ready", timeout=1.0)[0] == 200
-            except OSError:
-                return False
-
-        eventually(ready, timeout=30)
+    with running(tmp, config) as server:
         yield server
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-        if process.stderr is not None:
-            process.stderr.close()
 
 
 @contextmanager

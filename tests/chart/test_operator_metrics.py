@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Cluster, Operator, eventually, free_port
-from tests.sidecar.support import Series, get, parse
+from tests.integration.conftest import Cluster, Operator
+from tests.sidecar.support import Series, parse
 from tests.support.emulator import EmulatorThread
+from tests.support.waiting import eventually, free_port, get
 
 pytestmark = pytest.mark.slow
 

@@ -4,38 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import config, dynamic
 
 from tests.support.emulator import EmulatorThread
-
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 20.0, what: str = "condition") -> T:
-    """Poll until `probe` returns something truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Cluster:

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from tests.integration.conftest import Cluster, Operator, eventually
+from tests.integration.conftest import Cluster, Operator
+from tests.support.waiting import eventually
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "trainingjob.yaml"

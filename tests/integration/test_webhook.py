@@ -11,8 +11,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.integration.conftest import Cluster, Operator, eventually, free_port
+from tests.integration.conftest import Cluster, Operator
 from tests.integration.test_operator import env_of
+from tests.support.waiting import eventually, free_port
 
 
 @pytest.fixture

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+
+from tests.support.waiting import eventually, free_port, get
 
 ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
 _LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
 
@@ -50,32 +46,6 @@ def value(series: list[Series], name: str, **labels: str) -> float:
     matches = select(series, name, **labels)
     assert len(matches) == 1, f"{len(matches)} series {name}{labels}"
     return matches[0].value
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return int(response.status), response.read().decode()
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read().decode()
-
-
-def eventually(check: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.05) -> T:
-    """Call `check` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
 
 
 def environment(**extra: str) -> dict[str, str]:

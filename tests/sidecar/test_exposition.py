@@ -16,8 +16,9 @@ import pytest
 from gpuwise.sidecar.identity import Identity
 from gpuwise.sidecar.runtime import Sidecar
 from gpuwise.sidecar.simulated import SimulatedBackend
-from tests.sidecar.support import get, parse, select
+from tests.sidecar.support import parse, select
 from tests.sidecar.test_steps import totals
+from tests.support.waiting import get
 
 DASHBOARD = Path("/work/shared/data/dashboards/dcgm-exporter-dashboard.json")
 # promtool lints what dcgm-exporter itself does, and dashboards depend on: counters named without

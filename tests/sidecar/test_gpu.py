@@ -14,7 +14,8 @@ import pytest
 from gpuwise.metrics import catalog
 from gpuwise.sidecar import backend as reasons
 from gpuwise.sidecar.backend import Sample
-from tests.sidecar.support import ROOT, Series, eventually, select, sidecar, value
+from tests.sidecar.support import ROOT, Series, select, sidecar, value
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.gpu
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -147,36 +146,6 @@ def test_a_full_queue_drops_without_blocking_and_later_events_say_so(inbox: Inbo
     last = inbox.receive()[0]
     assert last.steps == 501, "running totals: the dropped steps are still counted"
     assert last.dropped == sender.dropped == 500 - len(queued)
-
-
-def test_the_hot_path_costs_under_20_microseconds(short_tmp: Path) -> None:
-    path = short_tmp / "drain.sock"
-    reader = textwrap.dedent(
-        f"""
-        import socket
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        s.bind({str(path)!r})
-        print(flush=True)
-        while True:
-            s.recv(256)
-        """
-    )
-    drain = subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE)
-    try:
-        assert drain.stdout is not None
-        drain.stdout.readline()
-        tracker = Tracker(Sender(str(path)), send_interval=0.0)  # every step sends: the worst case
-        costs = []
-        for _ in range(3000):
-            tracker.fetched(0.0, 0.001, 32)
-            started = time.perf_counter()
-            tracker.end_step()
-            costs.append(time.perf_counter() - started)
-            time.sleep(0)
-        assert statistics.median(costs) < 20e-6, f"median {statistics.median(costs) * 1e6:.1f} µs"
-    finally:
-        drain.kill()
-        drain.wait()
 
 
 API_SCRIPT = textwrap.dedent(

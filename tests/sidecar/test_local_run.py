@@ -49,7 +49,7 @@ def test_exit_code_and_a_run_without_steps(short_tmp: Path) -> None:
 
 
 def test_simulated_gpus_and_prometheus_while_it_runs(short_tmp: Path) -> None:
-    from tests.sidecar.support import free_port
+    from tests.support.waiting import free_port
 
     port = free_port()
     child = textwrap.dedent(

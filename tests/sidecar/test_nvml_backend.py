@@ -13,7 +13,8 @@ from gpuwise.sidecar.nvml import NvmlBackend
 from gpuwise.sidecar.sampler import Sampler
 from gpuwise.sidecar.steps import StepBook
 from tests.sidecar.fake_nvml import FakeGpu, FakeInstance, FakeNvml
-from tests.sidecar.support import Series, eventually, parse, select, value
+from tests.sidecar.support import Series, parse, select, value
+from tests.support.waiting import eventually
 
 IDENTITY = Identity(hostname="node-a", namespace="team", pod="job-worker-0", trainingjob="job", worker="0")
 GPM_PERCENT = {

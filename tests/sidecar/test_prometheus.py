@@ -6,39 +6,21 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.sidecar.support import ROOT, SidecarProcess, eventually, free_port, get, sidecar
+from tests.sidecar.support import ROOT, SidecarProcess, sidecar
 from tests.sidecar.test_exposition import DASHBOARD
+from tests.support.prometheus import Prometheus, running
+from tests.support.waiting import eventually
 
 pytestmark = [
     pytest.mark.prometheus,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs prometheus (make system-deps)"),
 ]
-
-
-class Prometheus:
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        status, body = get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
-        assert status == 200, body
-        result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
-        return result
-
-    def label_values(self, label: str, match: str) -> list[str]:
-        status, body = get(f"{self.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": match}))
-        assert status == 200, body
-        values: list[str] = json.loads(body)["data"]
-        return values
 
 
 @pytest.fixture
@@ -52,49 +34,15 @@ def side(short_tmp: Path) -> Iterator[SidecarProcess]:
 
 @pytest.fixture
 def prometheus(short_tmp: Path, side: SidecarProcess) -> Iterator[Prometheus]:
-    port = free_port()
-    config = short_tmp / "prometheus.yml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            global:
-              scrape_interval: 1s
-              evaluation_interval: 1s
-            scrape_configs:
-              - job_name: gpuwise
-                honor_labels: true
-                static_configs:
-                  - targets: ["127.0.0.1:{side.port}"]
-            """
-        )
-    )
-    command = [
-        shutil.which("prometheus") or "prometheus",
-        f"--config.file={config}",
-        f"--storage.tsdb.path={short_tmp / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    server = Prometheus(port)
-    try:
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(process.stderr.read().decode() if process.stderr else "prometheus exited")
-            try:
-                return get(f"{server.url}/-/ready", timeout=1.0)[0] == 200
-            except OSError:
-                return False
-
-        eventually(ready, timeout=30)
-        eventually(lambda: server.query('up{job="gpuwise"} == 1'), timeout=30)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "gpuwise", "honor_labels": True, "static_configs": [{"targets": [f"127.0.0.1:{side.port}"]}]}
+        ],
+    }
+    with running(short_tmp, config) as server:
+        eventually(lambda: server.query('up{job="gpuwise"} == 1'), timeout=30, what="the first scrape")
         yield server
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-        if process.stderr is not None:
-            process.stderr.close()
 
 
 def test_prometheus_scrapes_devices_and_steps(side: SidecarProcess, prometheus: Prometheus) -> None:

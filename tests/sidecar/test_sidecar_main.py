@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuwise.sidecar import main as sidecar_main
-from tests.sidecar.support import ROOT, environment, get, sidecar, value
+from tests.sidecar.support import ROOT, environment, sidecar, value
+from tests.support.waiting import get
 
 
 @pytest.mark.parametrize(

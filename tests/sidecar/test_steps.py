@@ -11,7 +11,7 @@ from gpuwise.instrument import wire
 from gpuwise.sidecar import receiver as receiving
 from gpuwise.sidecar.receiver import Receiver, SocketPathError
 from gpuwise.sidecar.steps import MAX_PROCESSES, StepBook
-from tests.sidecar.support import eventually
+from tests.support.waiting import eventually
 
 NOW = 1_700_000_000.0
 

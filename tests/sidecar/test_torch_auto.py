@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sidecar.support import ROOT, Series, SidecarProcess, eventually, select, sidecar, value
+from tests.sidecar.support import ROOT, Series, SidecarProcess, select, sidecar, value
+from tests.support.waiting import eventually
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,0 +1,70 @@
+"""A real Prometheus server (Debian's `prometheus` package) on loopback, for tests that query it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.waiting import eventually, free_port, get
+
+AVAILABLE = shutil.which("prometheus") is not None
+
+
+@dataclass
+class Prometheus:
+    url: str
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        status, body = get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        assert status == 200, f"{promql}: {body}"
+        result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
+        return result
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        query = urllib.parse.urlencode({"match[]": match})
+        status, body = get(f"{self.url}/api/v1/label/{label}/values?{query}")
+        assert status == 200, f"{match}: {body}"
+        values: list[str] = json.loads(body)["data"]
+        return values
+
+
+@contextmanager
+def running(workdir: Path, config: dict[str, Any]) -> Iterator[Prometheus]:
+    """Start Prometheus with `config` (prometheus.yml as a dict) and stop it afterwards."""
+    port = free_port()
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    command = [
+        shutil.which("prometheus") or "prometheus",
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = Prometheus(f"http://127.0.0.1:{port}")
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(process.stderr.read().decode() if process.stderr else "prometheus exited")
+        try:
+            return get(f"{server.url}/-/ready", timeout=1.0)[0] == 200
+        except OSError:
+            return False
+
+    try:
+        eventually(ready, timeout=30, what="Prometheus to be ready")
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        if process.stderr is not None:
+            process.stderr.close()
