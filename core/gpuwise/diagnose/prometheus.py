@@ -1,0 +1,211 @@
+"""Fill a `JobWindow` for every job from Prometheus, in a fixed number of queries.
+
+The operator evaluates all running TrainingJobs each cycle. One query per job would mean 10,000
+queries for 10,000 jobs; here every query aggregates `by (namespace, trainingjob)`, so a cycle
+costs `len(RANGE_QUERIES) + len(INSTANT_QUERIES)` requests whatever the number of jobs. Per-pod
+device series (dcgm-exporter's names know only the pod) get their TrainingJob label through the
+sidecar's info series (`with_trainingjob`). All PromQL is built from the metric catalog.
+
+Missing data stays missing: a job without a series gets None for that quantity, never 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpuwise.diagnose.window import JobWindow
+from gpuwise.metrics import Metric, catalog
+from gpuwise.observability.promql import sel, with_trainingjob
+
+JobKey = tuple[str, str]  # (namespace, trainingjob)
+BY_JOB: Final = "by (namespace, trainingjob)"
+MIB: Final = 1024 * 1024
+
+# Compute capability by GPU family, from the modelName label NVML reports (e.g. "NVIDIA H100 80GB HBM3").
+# NVML writes "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB": match a token.
+COMPUTE_CAPABILITY: Final[dict[str, tuple[int, int]]] = {
+    "B200": (10, 0), "GB200": (10, 0), "H200": (9, 0), "H100": (9, 0), "H800": (9, 0), "GH200": (9, 0),
+    "L40S": (8, 9), "L40": (8, 9), "L4": (8, 9), "A100": (8, 0), "A800": (8, 0), "A30": (8, 0),
+    "A40": (8, 6), "A10": (8, 6), "A10G": (8, 6), "T4": (7, 5), "V100": (7, 0), "P100": (6, 0),
+}  # fmt: skip
+
+
+def compute_capability(model: str | None) -> tuple[int, int] | None:
+    """A GPU's CUDA compute capability from its NVML model name; None for a model not listed."""
+    tokens = re.split(r"[^A-Za-z0-9]+", model or "")
+    return next((COMPUTE_CAPABILITY[t] for t in tokens if t in COMPUTE_CAPABILITY), None)
+
+
+def _job_mean(metric: Metric) -> str:
+    return f"avg {BY_JOB} ({with_trainingjob(sel(metric))})"
+
+
+def _job_max(metric: Metric) -> str:
+    return f"max {BY_JOB} ({sel(metric)})"
+
+
+def range_queries() -> dict[str, str]:
+    """Series sampled across the window: what must hold *most of the time*."""
+    return {
+        "gpu_utilization": _job_mean(catalog.GPU_UTIL),
+        "data_wait_fraction": f"avg {BY_JOB} ({sel(catalog.DATA_WAIT_RATIO)})",
+    }
+
+
+def instant_queries(window: str) -> dict[str, str]:
+    """Single facts at the end of the window."""
+
+    def over_window(aggregate: str, metric: Metric) -> str:
+        return f"{aggregate} {BY_JOB} ({with_trainingjob(f'{aggregate}_over_time({sel(metric)}[{window}])')})"
+
+    fb_total = f"({sel(catalog.FB_USED)} + {sel(catalog.FB_FREE)})"
+    return {
+        "sm_activity": over_window("avg", catalog.SM_ACTIVE),
+        "tensor_activity": over_window("avg", catalog.TENSOR_ACTIVE),
+        "memory_used_mib": over_window("max", catalog.FB_USED),
+        "memory_total_mib": f"max {BY_JOB} ({with_trainingjob(fb_total)})",
+        "gpus": f"count {BY_JOB} ({with_trainingjob(sel(catalog.GPU_UTIL))})",
+        "gpu_model": f"count by (namespace, trainingjob, modelName) ({with_trainingjob(sel(catalog.GPU_UTIL))})",
+        "last_step": _job_max(catalog.LAST_STEP),
+        "batch_size": _job_max(catalog.BATCH_SIZE),
+        "num_workers": _job_max(catalog.NUM_WORKERS),
+        "pin_memory": f"min {BY_JOB} ({sel(catalog.PIN_MEMORY)})",
+        "autocast": f"min {BY_JOB} ({sel(catalog.AUTOCAST)})",
+        "cuda_reserved_peak_bytes": _job_max(catalog.CUDA_RESERVED_PEAK),
+    }
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus could not answer; the message says which query and why."""
+
+
+@dataclass(frozen=True)
+class Prometheus:
+    url: str
+    timeout: float = 10.0
+
+    def _get(self, path: str, params: Mapping[str, str]) -> list[dict[str, Any]]:
+        address = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(address, timeout=self.timeout) as response:
+                body = json.load(response)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise PrometheusError(f"{self.url}: {params.get('query')!r} failed: {exc}") from exc
+        if body.get("status") != "success":
+            raise PrometheusError(f"{self.url}: {params.get('query')!r}: {body.get('error', body)}")
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def instant(self, query: str, at: float) -> list[dict[str, Any]]:
+        return self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
+
+    def range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        return self._get("/api/v1/query_range", params)
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the caller knows of a job that Prometheus does not: its age and CPU."""
+
+    age_seconds: float
+    cpu_cores: float | None = None
+
+
+def _key(sample: Mapping[str, Any]) -> JobKey:
+    labels = sample["metric"]
+    return labels.get("namespace", ""), labels.get("trainingjob", "")
+
+
+def collect(
+    source: Prometheus,
+    jobs: Mapping[JobKey, JobFacts],
+    *,
+    now: float,
+    window_seconds: float,
+    step_seconds: float,
+) -> dict[JobKey, JobWindow]:
+    """One `JobWindow` per job in `jobs`, from a fixed number of queries."""
+    window = f"{int(window_seconds)}s"
+    series: dict[str, dict[JobKey, list[float]]] = {}
+    for name, query in range_queries().items():
+        result = source.range(query, now - window_seconds, now, step_seconds)
+        series[name] = {_key(s): [float(v) for _, v in s["values"]] for s in result}
+    facts: dict[str, dict[JobKey, Any]] = {}
+    for name, query in instant_queries(window).items():
+        result = source.instant(query, now)
+        if name == "gpu_model":
+            facts[name] = {_key(s): s["metric"].get("modelName") for s in result}
+        else:
+            facts[name] = {_key(s): float(s["value"][1]) for s in result}
+    return {
+        key: _window(
+            key=key,
+            job=job,
+            series=series,
+            facts=facts,
+            now=now,
+            window_seconds=window_seconds,
+            step_seconds=step_seconds,
+        )
+        for key, job in jobs.items()
+    }
+
+
+def _window(
+    *,
+    key: JobKey,
+    job: JobFacts,
+    series: Mapping[str, Mapping[JobKey, list[float]]],
+    facts: Mapping[str, Mapping[JobKey, Any]],
+    now: float,
+    window_seconds: float,
+    step_seconds: float,
+) -> JobWindow:
+    def fact(name: str) -> Any:
+        return facts[name].get(key)
+
+    def whole(name: str) -> int | None:
+        value = fact(name)
+        return int(value) if value is not None else None
+
+    def flag(name: str) -> bool | None:
+        value = fact(name)
+        return bool(value) if value is not None else None
+
+    last_step = fact("last_step")
+    batch, reserved = whole("batch_size"), fact("cuda_reserved_peak_bytes")
+    model = fact("gpu_model")
+    return JobWindow(
+        window_seconds=window_seconds,
+        sample_interval_seconds=step_seconds,
+        job_age_seconds=job.age_seconds,
+        gpu_utilization=series["gpu_utilization"].get(key, []),
+        data_wait_fraction=series["data_wait_fraction"].get(key, []),
+        sm_activity=fact("sm_activity"),
+        tensor_activity=fact("tensor_activity"),
+        memory_used_mib=fact("memory_used_mib"),
+        memory_total_mib=fact("memory_total_mib"),
+        seconds_since_last_step=now - last_step if last_step is not None else None,
+        gpus=whole("gpus") or 0,
+        gpu_model=model,
+        compute_capability=compute_capability(model),
+        cpu_cores=job.cpu_cores,
+        batch_size=batch,
+        num_workers=whole("num_workers"),
+        pin_memory=flag("pin_memory"),
+        autocast=flag("autocast"),
+        memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
+    )
+
+
+def query_count() -> int:
+    """Requests per evaluation cycle, whatever the number of jobs."""
+    return len(range_queries()) + len(instant_queries("1m"))

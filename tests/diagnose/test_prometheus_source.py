@@ -1,0 +1,150 @@
+"""Job windows from a real Prometheus scraping a real sidecar, in a fixed number of queries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwise.api.trainingjob import Tunables
+from gpuwise.diagnose import prometheus as source
+from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.window import JobWindow, Sustain
+from tests.sidecar.support import ROOT, environment, sidecar
+from tests.support.prometheus import AVAILABLE, running
+from tests.support.waiting import eventually
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(not AVAILABLE, reason="needs prometheus (make system-deps)"),
+]
+JOB = ("ml", "bert")
+# 30 ms waiting for the next batch, 10 ms of compute: an input-bound loop.
+TRAINER = textwrap.dedent(
+    """
+    import time
+    from gpuwise import instrument
+    while True:
+        with instrument.data_wait():
+            time.sleep(0.03)
+        time.sleep(0.01)
+        instrument.step_end(samples=16)
+    """
+)
+
+
+class Counting(source.Prometheus):
+    requests: list[str]
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        object.__setattr__(self, "requests", [])
+
+    def _get(self, path: str, params: Any) -> list[dict[str, Any]]:
+        self.requests.append(params["query"])
+        return super()._get(path, params)
+
+
+@pytest.fixture(scope="module")
+def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = Path(tmp_path_factory.mktemp("src", numbered=True))
+    labels = {
+        "GPUWISE_POD_NAME": "bert-0-abcde",
+        "GPUWISE_POD_NAMESPACE": "ml",
+        "GPUWISE_TRAININGJOB": "bert",
+        "GPUWISE_WORKER_INDEX": "0",
+    }
+    args = ("--backend", "simulated", "--gpus", "2", "--scenario", "data-starved", "--interval", "0.5")
+    with sidecar(tmp, *args, env=environment(**labels)) as side:
+        trainer = subprocess.Popen([sys.executable, "-c", TRAINER], env=side.trainer_env("manual"), cwd=ROOT)
+        config = {
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [
+                {
+                    "job_name": "gpuwise-sidecar",
+                    "honor_labels": True,
+                    "static_configs": [{"targets": [f"127.0.0.1:{side.port}"]}],
+                }
+            ],
+        }
+        try:
+            with running(tmp, config) as server:
+                eventually(lambda: server.query("gpuwise_data_wait_ratio"), timeout=30, what="step metrics")
+                time.sleep(8)  # a few scrapes' worth of window
+                yield server.url
+        finally:
+            trainer.terminate()
+            trainer.wait(timeout=10)
+
+
+def collect(url: str, jobs: dict[tuple[str, str], source.JobFacts]) -> tuple[dict[Any, JobWindow], Counting]:
+    client = Counting(url)
+    windows = source.collect(client, jobs, now=time.time(), window_seconds=8, step_seconds=1)
+    return windows, client
+
+
+def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:
+    windows, _ = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600, cpu_cores=8)})
+    window = windows[JOB]
+    assert window.gpus == 2
+    assert window.gpu_model == "NVIDIA H100 80GB HBM3"
+    assert window.compute_capability == (9, 0)
+    assert len(window.gpu_utilization) >= 6
+    assert all(0 <= u <= 100 for u in window.gpu_utilization)
+    assert 0.6 <= window.mean(window.data_wait_fraction) <= 0.85  # type: ignore[operator]
+    assert window.seconds_since_last_step is not None and window.seconds_since_last_step < 5
+    assert window.memory_total_mib is not None and window.memory_used_mib is not None
+    assert 0 < window.memory_used_mib < window.memory_total_mib
+    assert window.cpu_cores == 8
+    assert window.batch_size is None, "the manual loop reports no DataLoader: unknown, not 0"
+
+
+def test_a_job_without_series_gets_nothing_invented(prometheus_url: str) -> None:
+    windows, _ = collect(prometheus_url, {("ml", "absent"): source.JobFacts(age_seconds=60)})
+    window = windows["ml", "absent"]
+    assert (window.gpus, window.gpu_utilization, window.data_wait_fraction) == (0, [], [])
+    assert window.memory_used_mib is None and window.seconds_since_last_step is None and window.autocast is None
+
+
+def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> None:
+    one = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600)})[1]
+    many = collect(prometheus_url, {("ns", f"job-{i}"): source.JobFacts(age_seconds=3600) for i in range(500)})[1]
+    assert len(one.requests) == len(many.requests) == source.query_count() == 14
+
+
+def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> None:
+    windows, _ = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600, cpu_cores=8)})
+    tunables = Tunables.model_validate({"dataLoaderWorkers": {"env": "NUM_WORKERS", "min": 1, "max": 16}})
+    ctx = Context(
+        window=windows[JOB],
+        tunables=tunables,
+        thresholds=DiagnosisThresholds(),
+        sustain=Sustain(),
+        now=datetime.now(tz=UTC),
+        active=frozenset(),
+        since={},
+    )
+    found = {finding.kind: recommendation for finding, recommendation in diagnose(ctx)}
+    assert "InputBound" in found
+    recommendation = found["InputBound"]
+    assert recommendation is not None and int(recommendation.changes["NUM_WORKERS"]) > 1
+
+
+def test_compute_capability_by_model_name() -> None:
+    assert source.compute_capability("NVIDIA A100-SXM4-80GB") == (8, 0)
+    assert source.compute_capability("NVIDIA A100 80GB PCIe") == (8, 0)
+    assert source.compute_capability("Tesla V100-SXM2-16GB") == (7, 0)
+    assert source.compute_capability("NVIDIA A10G") == (8, 6)
+    assert source.compute_capability("NVIDIA L40S") == (8, 9)
+    assert source.compute_capability("NVIDIA H100 80GB HBM3") == (9, 0)
+    assert source.compute_capability("Quadro RTX 6000") is None  # not listed: unknown, not guessed
+    assert source.compute_capability("NVIDIA L4") == (8, 9)
+    assert source.compute_capability(None) is None
