@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +13,8 @@ from gpuwise.api.trainingjob import Tunables
 from gpuwise.diagnose import prometheus as source
 from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import JobWindow, Sustain
-from tests.sidecar.support import ROOT, environment, sidecar
-from tests.support.prometheus import AVAILABLE, running
-from tests.support.waiting import eventually
+from tests.support.prometheus import AVAILABLE
+from tests.support.telemetry import input_bound_job
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -27,18 +22,6 @@ pytestmark = [
     pytest.mark.skipif(not AVAILABLE, reason="needs prometheus (make system-deps)"),
 ]
 JOB = ("ml", "bert")
-# 30 ms waiting for the next batch, 10 ms of compute: an input-bound loop.
-TRAINER = textwrap.dedent(
-    """
-    import time
-    from gpuwise import instrument
-    while True:
-        with instrument.data_wait():
-            time.sleep(0.03)
-        time.sleep(0.01)
-        instrument.step_end(samples=16)
-    """
-)
 
 
 class Counting(source.Prometheus):
@@ -55,40 +38,16 @@ class Counting(source.Prometheus):
 
 @pytest.fixture(scope="module")
 def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = Path(tmp_path_factory.mktemp("src", numbered=True))
-    labels = {
-        "GPUWISE_POD_NAME": "bert-0-abcde",
-        "GPUWISE_POD_NAMESPACE": "ml",
-        "GPUWISE_TRAININGJOB": "bert",
-        "GPUWISE_WORKER_INDEX": "0",
-    }
-    args = ("--backend", "simulated", "--gpus", "2", "--scenario", "data-starved", "--interval", "0.5")
-    with sidecar(tmp, *args, env=environment(**labels)) as side:
-        trainer = subprocess.Popen([sys.executable, "-c", TRAINER], env=side.trainer_env("manual"), cwd=ROOT)
-        config = {
-            "global": {"scrape_interval": "1s"},
-            "scrape_configs": [
-                {
-                    "job_name": "gpuwise-sidecar",
-                    "honor_labels": True,
-                    "static_configs": [{"targets": [f"127.0.0.1:{side.port}"]}],
-                }
-            ],
-        }
-        try:
-            with running(tmp, config) as server:
-                eventually(lambda: server.query("gpuwise_data_wait_ratio"), timeout=30, what="step metrics")
-                time.sleep(8)  # a few scrapes' worth of window
-                yield server.url
-        finally:
-            trainer.terminate()
-            trainer.wait(timeout=10)
+    with input_bound_job(
+        tmp_path_factory.mktemp("src"), namespace="ml", trainingjob="bert", pod="bert-0-abcde"
+    ) as server:
+        yield server.url
 
 
 def collect(url: str, jobs: dict[tuple[str, str], source.JobFacts]) -> tuple[dict[Any, JobWindow], Counting]:
     client = Counting(url)
-    windows = source.collect(client, jobs, now=time.time(), window_seconds=8, step_seconds=1)
-    return windows, client
+    snapshot = source.fetch(client, now=time.time(), window_seconds=8, step_seconds=1)
+    return {key: snapshot.window(key, facts) for key, facts in jobs.items()}, client
 
 
 def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:

@@ -124,15 +124,55 @@ def _key(sample: Mapping[str, Any]) -> JobKey:
     return labels.get("namespace", ""), labels.get("trainingjob", "")
 
 
-def collect(
-    source: Prometheus,
-    jobs: Mapping[JobKey, JobFacts],
-    *,
-    now: float,
-    window_seconds: float,
-    step_seconds: float,
-) -> dict[JobKey, JobWindow]:
-    """One `JobWindow` per job in `jobs`, from a fixed number of queries."""
+@dataclass(frozen=True)
+class Snapshot:
+    """Every job's series and facts from one round of queries; windows are cut from it per job."""
+
+    now: float
+    window_seconds: float
+    step_seconds: float
+    series: Mapping[str, Mapping[JobKey, list[float]]]
+    facts: Mapping[str, Mapping[JobKey, Any]]
+
+    def window(self, key: JobKey, job: JobFacts) -> JobWindow:
+        def fact(name: str) -> Any:
+            return self.facts[name].get(key)
+
+        def whole(name: str) -> int | None:
+            value = fact(name)
+            return int(value) if value is not None else None
+
+        def flag(name: str) -> bool | None:
+            value = fact(name)
+            return bool(value) if value is not None else None
+
+        last_step, reserved = fact("last_step"), fact("cuda_reserved_peak_bytes")
+        batch, model = whole("batch_size"), fact("gpu_model")
+        return JobWindow(
+            window_seconds=self.window_seconds,
+            sample_interval_seconds=self.step_seconds,
+            job_age_seconds=job.age_seconds,
+            gpu_utilization=self.series["gpu_utilization"].get(key, []),
+            data_wait_fraction=self.series["data_wait_fraction"].get(key, []),
+            sm_activity=fact("sm_activity"),
+            tensor_activity=fact("tensor_activity"),
+            memory_used_mib=fact("memory_used_mib"),
+            memory_total_mib=fact("memory_total_mib"),
+            seconds_since_last_step=self.now - last_step if last_step is not None else None,
+            gpus=whole("gpus") or 0,
+            gpu_model=model,
+            compute_capability=compute_capability(model),
+            cpu_cores=job.cpu_cores,
+            batch_size=batch,
+            num_workers=whole("num_workers"),
+            pin_memory=flag("pin_memory"),
+            autocast=flag("autocast"),
+            memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
+        )
+
+
+def fetch(source: Prometheus, *, now: float, window_seconds: float, step_seconds: float) -> Snapshot:
+    """One round of `query_count()` queries covering every job Prometheus knows."""
     window = f"{int(window_seconds)}s"
     series: dict[str, dict[JobKey, list[float]]] = {}
     for name, query in range_queries().items():
@@ -145,65 +185,7 @@ def collect(
             facts[name] = {_key(s): s["metric"].get("modelName") for s in result}
         else:
             facts[name] = {_key(s): float(s["value"][1]) for s in result}
-    return {
-        key: _window(
-            key=key,
-            job=job,
-            series=series,
-            facts=facts,
-            now=now,
-            window_seconds=window_seconds,
-            step_seconds=step_seconds,
-        )
-        for key, job in jobs.items()
-    }
-
-
-def _window(
-    *,
-    key: JobKey,
-    job: JobFacts,
-    series: Mapping[str, Mapping[JobKey, list[float]]],
-    facts: Mapping[str, Mapping[JobKey, Any]],
-    now: float,
-    window_seconds: float,
-    step_seconds: float,
-) -> JobWindow:
-    def fact(name: str) -> Any:
-        return facts[name].get(key)
-
-    def whole(name: str) -> int | None:
-        value = fact(name)
-        return int(value) if value is not None else None
-
-    def flag(name: str) -> bool | None:
-        value = fact(name)
-        return bool(value) if value is not None else None
-
-    last_step = fact("last_step")
-    batch, reserved = whole("batch_size"), fact("cuda_reserved_peak_bytes")
-    model = fact("gpu_model")
-    return JobWindow(
-        window_seconds=window_seconds,
-        sample_interval_seconds=step_seconds,
-        job_age_seconds=job.age_seconds,
-        gpu_utilization=series["gpu_utilization"].get(key, []),
-        data_wait_fraction=series["data_wait_fraction"].get(key, []),
-        sm_activity=fact("sm_activity"),
-        tensor_activity=fact("tensor_activity"),
-        memory_used_mib=fact("memory_used_mib"),
-        memory_total_mib=fact("memory_total_mib"),
-        seconds_since_last_step=now - last_step if last_step is not None else None,
-        gpus=whole("gpus") or 0,
-        gpu_model=model,
-        compute_capability=compute_capability(model),
-        cpu_cores=job.cpu_cores,
-        batch_size=batch,
-        num_workers=whole("num_workers"),
-        pin_memory=flag("pin_memory"),
-        autocast=flag("autocast"),
-        memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
-    )
+    return Snapshot(now, window_seconds, step_seconds, series, facts)
 
 
 def query_count() -> int:

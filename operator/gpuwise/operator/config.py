@@ -32,6 +32,10 @@ class OperatorSettings(ApiModel):
     sidecar: SidecarSettings = Field(default_factory=SidecarSettings)
     namespaces: list[str] = Field(default_factory=list, description="Watched namespaces; empty: all.")
     resync_seconds: float = Field(default=60.0, gt=0, description="Periodic re-check of every job.")
+    prometheus_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="Where to read metrics from; unset: no evaluation."
+    )
+    evaluation_seconds: float = Field(default=30.0, gt=0, description="How often every running job is diagnosed.")
 
 
 class SettingsError(ValueError):

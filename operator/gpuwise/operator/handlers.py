@@ -20,6 +20,7 @@ import kopf
 from gpuwise import wiring
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
 from gpuwise.operator.config import OperatorSettings
+from gpuwise.operator.evaluate import publish_efficiency
 from gpuwise.operator.inject import inject_sidecar
 from gpuwise.operator.reconcile import Context, reconcile
 
@@ -124,6 +125,13 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
         # Children go with their owner through ownerReferences; only our own memory is left.
         context: Context = memo["context"]
         context.forget(namespace or "", name)
+
+    if settings.prometheus_url:
+
+        @kopf.timer(*TRAININGJOBS, interval=settings.evaluation_seconds, id="evaluate", registry=registry)
+        async def evaluate(*, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+            context: Context = memo["context"]
+            await publish_efficiency(copy.deepcopy(dict(body)), memo["evaluator"], context.kube, logger)
 
     if webhook:
         register_webhook(registry, settings)

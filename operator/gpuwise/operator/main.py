@@ -13,8 +13,10 @@ from collections.abc import Sequence
 import kopf
 
 from gpuwise import wiring
+from gpuwise.diagnose.prometheus import Prometheus
 from gpuwise.operator import metrics
 from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
+from gpuwise.operator.evaluate import Evaluator
 from gpuwise.operator.handlers import build_registry
 from gpuwise.operator.kube import Kube, connect
 from gpuwise.operator.reconcile import Context
@@ -33,6 +35,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--sidecar-image", help="image of the injected telemetry sidecar")
     parser.add_argument("--resync-seconds", type=float, help="periodic re-check of every TrainingJob")
+    parser.add_argument(
+        "--prometheus-url", help="diagnose running jobs from this Prometheus, e.g. http://prometheus:9090"
+    )
+    parser.add_argument("--evaluate-seconds", type=float, help="how often every running job is diagnosed (30)")
     parser.add_argument(
         "--peering",
         metavar="NAME",
@@ -95,6 +101,8 @@ def main(argv: Sequence[str]) -> int:
             {
                 "sidecar": {"image": args.sidecar_image} if args.sidecar_image else None,
                 "resyncSeconds": args.resync_seconds,
+                "prometheusUrl": args.prometheus_url,
+                "evaluationSeconds": args.evaluate_seconds,
             },
         )
     except SettingsError as exc:
@@ -112,6 +120,8 @@ def main(argv: Sequence[str]) -> int:
         metrics.serve(args.metrics_port)
         kube_class = metrics.MeteredKube
     memo = kopf.Memo(context=Context(kube=kube_class(connect()), settings=settings))
+    if settings.prometheus_url:
+        memo.evaluator = Evaluator(Prometheus(settings.prometheus_url), settings.evaluation_seconds)
     asyncio.run(
         kopf.operator(
             registry=build_registry(settings, webhook=args.webhook_port is not None),

@@ -82,7 +82,7 @@ def changed_paths(old: Any, new: Any, prefix: str) -> list[str]:
     return [] if old == new else [prefix]
 
 
-def _body(raw: JsonDict) -> kopf.Body:
+def as_body(raw: JsonDict) -> kopf.Body:
     """kopf's view of a plain object, for posting Events about it."""
     return kopf.Body(cast(kopf.RawBody, raw))
 
@@ -126,7 +126,7 @@ async def ensure_workload(
         created = await ctx.kube.create(workload.render_job(owner, spec, ctx.settings.sidecar))
         if created is not None:
             kopf.info(
-                _body(owner),
+                as_body(owner),
                 reason="JobCreated",
                 message=f"Created Job {name} and headless Service {name}.",
             )
@@ -204,5 +204,5 @@ async def publish(
             cond["type"] == observed.FAILED and cond["status"] == "True"
         )
         post = kopf.warn if bad else kopf.info
-        post(_body(owner), reason=cond["reason"], message=cond["message"] or cond["type"])
+        post(as_body(owner), reason=cond["reason"], message=cond["message"] or cond["type"])
     logger.debug("status of %s/%s: phase %s", meta["namespace"], meta["name"], new["phase"])

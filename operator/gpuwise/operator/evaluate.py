@@ -1,0 +1,161 @@
+"""Each cycle, diagnose every running TrainingJob from Prometheus and publish what was found.
+
+Every job has a timer, but they share one batched read per cycle and window length
+(`Evaluator.snapshot`), so the number of Prometheus queries does not grow with the number of jobs.
+What a job's status gets depends on its mode: `Observe` publishes the efficiency summary only;
+`Recommend` (and `Enforce`, until actions land) adds findings and recommendations, with an Event
+when a finding appears or clears. A status is written only when something in it changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from gpuwise.api.base import parse_duration
+from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Phase, TrainingJobSpec
+from gpuwise.diagnose import prometheus
+from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.window import JobWindow, Sustain
+from gpuwise.operator.kube import Kube
+from gpuwise.operator.reconcile import as_body, parse_spec
+
+JsonDict = dict[str, Any]
+_CPU_UNITS = {"m": 0.001, "": 1.0, "k": 1000.0}
+
+
+def cpu_cores(quantity: int | str | None) -> float | None:
+    """Cores in a CPU quantity ("16", "500m", 4); None when unset or not a plain CPU amount."""
+    if quantity is None:
+        return None
+    text = str(quantity)
+    number, unit = (text[:-1], text[-1]) if text[-1:].isalpha() else (text, "")
+    try:
+        return float(number) * _CPU_UNITS[unit]
+    except (ValueError, KeyError):
+        return None
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def job_facts(body: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> prometheus.JobFacts:
+    started = _parse_time((body.get("status") or {}).get("startTime")) or _parse_time(
+        body.get("metadata", {}).get("creationTimestamp")
+    )
+    limits = spec.trainer.resources_per_node.limits or {}
+    requests = spec.trainer.resources_per_node.requests or {}
+    return prometheus.JobFacts(
+        age_seconds=(now - started).total_seconds() if started else 0.0,
+        cpu_cores=cpu_cores(limits.get("cpu", requests.get("cpu"))),
+    )
+
+
+def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> JsonDict:
+    """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
+    old_findings = {f["kind"]: f for f in previous.get("findings") or []}
+    diagnoses = []
+    if spec.efficiency.mode is not EfficiencyMode.OBSERVE:
+        context = Context(
+            window=window,
+            tunables=spec.efficiency.tunables,
+            thresholds=DiagnosisThresholds(gpu_utilization=spec.efficiency.thresholds.gpu_utilization),
+            sustain=Sustain(),
+            now=now,
+            active=frozenset(old_findings),
+            since={kind: datetime.fromisoformat(f["since"].replace("Z", "+00:00")) for kind, f in old_findings.items()},
+        )
+        diagnoses = diagnose(context)
+    used, total = window.memory_used_mib, window.memory_total_mib
+    summary = EfficiencySummary(
+        gpu_utilization=_rounded(window.mean(window.gpu_utilization), 1),
+        sm_activity=_rounded(window.sm_activity, 3),
+        data_wait_fraction=_rounded(window.mean(window.data_wait_fraction), 3),
+        memory_headroom_fraction=_rounded(1 - used / total, 3) if used is not None and total else None,
+        top_finding=diagnoses[0][0].kind if diagnoses else None,
+    )
+    return {
+        # Unmeasured or cleared fields go as null: a merge patch leaves absent keys as they were.
+        "efficiency": summary.model_dump(mode="json", by_alias=True),
+        "findings": [finding.to_k8s() for finding, _ in diagnoses],
+        "recommendations": [r.to_k8s() for _, r in diagnoses if r is not None],
+    }
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return round(min(max(value, 0.0), 100.0), digits) if value is not None else None
+
+
+def changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether publishing `new` would tell anyone something (the timestamp alone does not)."""
+
+    def essence(status: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any], list[Any]]:
+        efficiency = {k: v for k, v in (status.get("efficiency") or {}).items() if k != "updatedAt" and v is not None}
+        return efficiency, list(status.get("findings") or []), list(status.get("recommendations") or [])
+
+    return essence(new) != essence(old)
+
+
+class Evaluator:
+    """One Prometheus read per cycle and window length, shared by every job's timer."""
+
+    def __init__(self, source: prometheus.Prometheus, cycle_seconds: float) -> None:
+        self.source = source
+        self.cycle_seconds = cycle_seconds
+        self._snapshots: dict[tuple[float, float], prometheus.Snapshot] = {}
+        self._locks: collections.defaultdict[tuple[float, float], asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self.fetches = 0
+
+    async def snapshot(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot:
+        key = (window_seconds, step_seconds)
+        async with self._locks[key]:
+            cached = self._snapshots.get(key)
+            if cached is not None and time.time() - cached.now < self.cycle_seconds:
+                return cached
+            fresh = await asyncio.to_thread(
+                prometheus.fetch, self.source, now=time.time(), window_seconds=window_seconds, step_seconds=step_seconds
+            )
+            self.fetches += 1
+            self._snapshots[key] = fresh
+            return fresh
+
+    async def evaluate(self, body: Mapping[str, Any], spec: TrainingJobSpec) -> JsonDict:
+        meta = body["metadata"]
+        now = datetime.now(tz=UTC).replace(microsecond=0)
+        snapshot = await self.snapshot(parse_duration(spec.efficiency.window), spec.telemetry.sample_interval_seconds)
+        window = snapshot.window((meta["namespace"], meta["name"]), job_facts(body, spec, now))
+        status = efficiency_status(spec, window, body.get("status") or {}, now)
+        status["efficiency"]["updatedAt"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return status
+
+
+async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger) -> None:
+    """Diagnose one running job and write what changed to its status, with Events for findings."""
+    status = body.get("status") or {}
+    if status.get("phase") != Phase.RUNNING.value:
+        return
+    spec, problem = parse_spec(body)
+    if spec is None or problem is not None:
+        return
+    try:
+        new = await evaluator.evaluate(body, spec)
+    except prometheus.PrometheusError as exc:
+        logger.warning("cannot evaluate efficiency: %s", exc)
+        return
+    if not changed(new, status):
+        return
+    meta = body["metadata"]
+    await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
+    before = {f["kind"] for f in status.get("findings") or []}
+    for finding in new["findings"]:
+        if finding["kind"] not in before:
+            kopf.warn(as_body(body), reason=finding["kind"], message=finding["message"])
+    for kind in before - {f["kind"] for f in new["findings"]}:
+        kopf.info(as_body(body), reason="FindingCleared", message=f"{kind} no longer holds.")

@@ -1,0 +1,84 @@
+"""The evaluation's pure parts: job facts, what each mode publishes, and when a status is worth writing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpuwise.api.trainingjob import TrainingJobSpec
+from gpuwise.diagnose.window import JobWindow
+from gpuwise.operator.evaluate import changed, cpu_cores, efficiency_status, job_facts
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def spec(mode: str = "Recommend") -> TrainingJobSpec:
+    return TrainingJobSpec.model_validate(
+        {
+            "trainer": {"image": "x", "resourcesPerNode": {"limits": {"cpu": "2500m"}}},
+            "efficiency": {"mode": mode, "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}}},
+        }
+    )
+
+
+def input_bound(**overrides: Any) -> JobWindow:
+    values: dict[str, Any] = {
+        "window_seconds": 900, "sample_interval_seconds": 15, "job_age_seconds": 3600,
+        "gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.6] * 60, "num_workers": 1,
+        "memory_used_mib": 20_000.0, "memory_total_mib": 80_000.0, "sm_activity": 0.21,
+    }  # fmt: skip
+    values.update(overrides)
+    return JobWindow(**values)
+
+
+@pytest.mark.parametrize(("quantity", "cores"), [("16", 16.0), ("500m", 0.5), (4, 4.0), ("1k", 1000.0), (None, None),
+                                                 ("lots", None), ("2Gi", None)])  # fmt: skip
+def test_cpu_cores(quantity: Any, cores: float | None) -> None:
+    assert cpu_cores(quantity) == cores
+
+
+def test_job_facts_from_status_and_limits() -> None:
+    body = {"metadata": {"creationTimestamp": "2026-11-22T09:00:00Z"}, "status": {"startTime": "2026-11-22T11:00:00Z"}}
+    facts = job_facts(body, spec(), NOW)
+    assert (facts.age_seconds, facts.cpu_cores) == (3600.0, 2.5)
+    assert job_facts({"metadata": {"creationTimestamp": "2026-11-22T11:30:00Z"}}, spec(), NOW).age_seconds == 1800
+
+
+def test_recommend_mode_publishes_findings_and_the_summary() -> None:
+    status = efficiency_status(spec(), input_bound(), {}, NOW)
+    assert status["efficiency"] == {
+        "gpuUtilization": 30.0, "smActivity": 0.21, "dataWaitFraction": 0.6, "memoryHeadroomFraction": 0.75,
+        "topFinding": "InputBound", "updatedAt": None,
+    }  # fmt: skip
+    assert [f["kind"] for f in status["findings"]] == ["InputBound"]
+    assert status["findings"][0]["since"] == "2026-11-22T12:00:00Z"
+    # One worker waiting 60 % of the time: ceil(1 / (1 - 0.6)) = 3 workers hide the wait.
+    assert status["recommendations"][0]["changes"] == {"W": "3"}
+
+
+def test_observe_mode_publishes_metrics_only() -> None:
+    status = efficiency_status(spec("Observe"), input_bound(), {}, NOW)
+    assert (status["findings"], status["recommendations"]) == ([], [])
+    assert status["efficiency"]["topFinding"] is None
+    assert status["efficiency"]["dataWaitFraction"] == 0.6
+
+
+def test_a_finding_keeps_its_first_appearance_across_cycles() -> None:
+    first = efficiency_status(spec(), input_bound(), {}, NOW)
+    later = efficiency_status(spec(), input_bound(), first, NOW.replace(hour=13))
+    assert later["findings"][0]["since"] == "2026-11-22T12:00:00Z"
+    assert not changed(later, first)
+
+
+def test_unmeasured_quantities_are_null_not_zero() -> None:
+    status = efficiency_status(spec(), input_bound(sm_activity=None, memory_used_mib=None), {}, NOW)
+    assert status["efficiency"]["smActivity"] is None
+    assert status["efficiency"]["memoryHeadroomFraction"] is None
+
+
+def test_a_new_timestamp_alone_is_not_a_change() -> None:
+    old = {"efficiency": {"gpuUtilization": 30.0, "updatedAt": "A"}, "findings": [], "recommendations": []}
+    assert not changed({**old, "efficiency": {"gpuUtilization": 30.0, "smActivity": None, "updatedAt": "B"}}, old)
+    assert changed({**old, "efficiency": {"gpuUtilization": 31.0, "updatedAt": "B"}}, old)
