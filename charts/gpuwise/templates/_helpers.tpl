@@ -107,6 +107,10 @@ namespaces:
   {{- else }} []
   {{- end }}
 resyncSeconds: {{ .Values.operator.resyncSeconds }}
+{{- with .Values.efficiency.prometheusUrl }}
+prometheusUrl: {{ . | quote }}
+{{- end }}
+evaluationSeconds: {{ .Values.efficiency.evaluationSeconds }}
 {{- end }}
 
 {{/* Namespaced permissions: granted cluster-wide, or in each watched namespace. ----------- */}}
