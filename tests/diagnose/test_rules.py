@@ -174,3 +174,32 @@ def test_findings_keep_their_first_appearance() -> None:
     )
     (finding, _), *_ = diagnose(ctx)
     assert finding.since == earlier
+
+
+def steps(
+    workers: int, slow: int | None = None, from_sample: int = 0, samples: int = 60
+) -> dict[int, list[tuple[float, float]]]:
+    """Per-worker (time, step seconds): 0.5 s each, `slow` at 1.8 s from `from_sample` on."""
+    return {
+        w: [
+            (1000.0 + 15 * i, 1.8 if w == slow and i >= from_sample else 0.5 + 0.01 * ((i * 7 + w) % 3))
+            for i in range(samples)
+        ]
+        for w in range(workers)
+    }
+
+
+def test_an_ongoing_straggler_is_found_with_a_reschedule() -> None:
+    finding, recommendation = run(window(worker_step_seconds=steps(8, slow=5, from_sample=40)))["Straggler"]
+    assert finding.worker == 5
+    assert finding.evidence["worker"] == "5"
+    assert "Worker 5 runs" in finding.message
+    assert recommendation is not None and recommendation.action.value == "Reschedule"
+
+
+def test_no_straggler_among_steady_workers_or_after_it_recovered() -> None:
+    assert "Straggler" not in run(window(worker_step_seconds=steps(8)))
+    recovered = steps(8)
+    recovered[5] = [(t, 1.8 if 1000 + 15 * 10 <= t <= 1000 + 15 * 20 else s) for t, s in recovered[5]]
+    assert "Straggler" not in run(window(worker_step_seconds=recovered)), "an episode long over is history"
+    assert "Straggler" not in run(window(worker_step_seconds=steps(2, slow=1, from_sample=40))), "two workers: no peers"

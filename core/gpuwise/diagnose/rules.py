@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuwise.api.trainingjob import ActionKind, Finding, Recommendation, Tunables
+from gpuwise.diagnose.straggler import detect_stragglers
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
 
 
@@ -214,7 +215,50 @@ def no_mixed_precision(ctx: Context) -> Diagnosis | None:
     return finding, recommendation
 
 
-RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (idle, input_bound, small_batch, no_mixed_precision)
+def straggler(ctx: Context) -> Diagnosis | None:
+    """One worker's steps slowed against its own past and its peers, and still slow now.
+
+    Synchronous training waits for the slowest worker every step, so the whole job runs at its
+    pace; replacing its pod away from its node usually restores it (a noisy neighbour, a
+    throttled or failing GPU, a slow NIC). Steady per-worker differences are not stragglers.
+    """
+    series = ctx.window.worker_step_seconds
+    if len(series) < 3 or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
+        return None
+    samples = [(t, worker, seconds) for worker, points in series.items() for t, seconds in points]
+    latest = max(t for t, _, _ in samples)
+    recent = 3 * ctx.window.sample_interval_seconds
+    ongoing = [e for e in detect_stragglers(samples) if e.end >= latest - recent]
+    if not ongoing:
+        return None
+    worst = max(ongoing, key=lambda e: e.peak_slowdown)
+    finding = ctx.finding(
+        "Straggler",
+        min(0.95, 0.5 + (worst.peak_slowdown - 1) / 2),
+        f"Worker {worst.worker} runs {worst.peak_slowdown:.1f}x slower than its own baseline against its peers; "
+        "every step of the job waits for it.",
+        worker=worst.worker,
+        peakSlowdown=worst.peak_slowdown,
+        slowSinceUnixSeconds=worst.start,
+    )
+    finding = finding.model_copy(update={"worker": worst.worker})
+    recommendation = Recommendation(
+        action=ActionKind.RESCHEDULE,
+        finding="Straggler",
+        message=f"Replace worker {worst.worker}'s pod on another node (after a checkpoint).",
+        changes={},
+        expected_effect=f"up to {worst.peak_slowdown:.1f}x faster steps for the whole job",
+    )
+    return finding, recommendation
+
+
+RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
+    idle,
+    input_bound,
+    small_batch,
+    no_mixed_precision,
+    straggler,
+)
 
 
 def diagnose(ctx: Context) -> list[Diagnosis]:

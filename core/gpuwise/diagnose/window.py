@@ -16,7 +16,7 @@ samples) gets no finding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -59,6 +59,8 @@ class JobWindow:
     gradient_accumulation_steps: int | None = None
     # (batch size, peak CUDA memory in MiB) pairs the job reported, for the memory model.
     memory_by_batch: Sequence[tuple[int, float]] = field(default_factory=tuple)
+    # Per worker index: (unix time, mean step seconds) samples, for stragglers.
+    worker_step_seconds: Mapping[int, Sequence[tuple[float, float]]] = field(default_factory=dict)
 
     @property
     def expected_samples(self) -> int:
