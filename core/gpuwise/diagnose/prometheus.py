@@ -134,6 +134,11 @@ class Snapshot:
     series: Mapping[str, Mapping[JobKey, list[float]]]
     facts: Mapping[str, Mapping[JobKey, Any]]
 
+    def jobs(self) -> list[JobKey]:
+        """Every (namespace, trainingjob) that some query returned, sorted; unlabelled series left out."""
+        keys = {key for by_job in (*self.series.values(), *self.facts.values()) for key in by_job}
+        return sorted(key for key in keys if all(key))
+
     def window(self, key: JobKey, job: JobFacts) -> JobWindow:
         def fact(name: str) -> Any:
             return self.facts[name].get(key)
