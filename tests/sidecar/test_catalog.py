@@ -64,6 +64,8 @@ def test_dcgm_series_carry_dcgm_labels_and_gpuwise_series_carry_job_labels() -> 
         if metric.dcgm:
             assert metric.scope is Scope.DEVICE
             assert {"gpu", "UUID", "modelName", "Hostname", "GPU_I_PROFILE"} <= set(metric.labels)
+        elif metric.scope is Scope.TRAININGJOB:  # the operator's per-job series: no pod, no worker
+            assert {"namespace", "trainingjob"} <= set(metric.labels), metric.name
         else:
             assert {"namespace", "pod", "trainingjob", "worker"} <= set(metric.labels), metric.name
 

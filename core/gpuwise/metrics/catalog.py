@@ -260,5 +260,41 @@ EVENTS_DROPPED: Final = Metric(
     ("reason",),
 )
 
+# --- the operator's view of each running TrainingJob (its /metrics, from the evaluation) ---------
+# Published every evaluation cycle from what the job's status gets; a series exists only while
+# what it stands for holds, and all of a job's series go when it stops running or is deleted.
+JOB_FINDING: Final = Metric(
+    "gpuwise_job_finding",
+    _G,
+    "ratio",
+    "Confidence (0-1) of a finding the operator holds on a running TrainingJob; present only while "
+    "the finding is active.",
+    Scope.TRAININGJOB,
+    ("kind",),
+)
+JOB_RECOMMENDATION: Final = Metric(
+    "gpuwise_job_recommendation",
+    _G,
+    "1",
+    "Always 1 while the operator recommends this action for this finding on a running TrainingJob.",
+    Scope.TRAININGJOB,
+    ("action", "finding"),
+)
+JOB_GPU_UTIL: Final = Metric(
+    "gpuwise_job_gpu_utilization_percent",
+    _G,
+    "%",
+    "Mean GPU utilization of a running TrainingJob over its efficiency window (absent when unmeasured).",
+    Scope.TRAININGJOB,
+)
+JOB_DATA_WAIT: Final = Metric(
+    "gpuwise_job_data_wait_ratio",
+    _G,
+    "ratio",
+    "Mean share of step time a running TrainingJob waited for input over its efficiency window "
+    "(absent when unmeasured).",
+    Scope.TRAININGJOB,
+)
+
 CATALOG: Final[tuple[Metric, ...]] = tuple(value for value in list(globals().values()) if isinstance(value, Metric))
 BY_NAME: Final[Mapping[str, Metric]] = MappingProxyType({metric.name: metric for metric in CATALOG})

@@ -28,6 +28,7 @@ class Scope(enum.StrEnum):
     GPU = "gpu"  # a GPU or MIG instance, for gpuwise's own per-device series (fewer labels)
     PROCESS = "process"  # one training process (one rank) reporting steps
     SIDECAR = "sidecar"  # the exporter itself
+    TRAININGJOB = "trainingjob"  # one TrainingJob as a whole, published by the operator
 
 
 # dcgm-exporter's device labels, spelled as it spells them (dashboards and alerts match on them).
@@ -38,6 +39,8 @@ MIG_LABELS: Final = ("GPU_I_PROFILE", "GPU_I_ID")
 POD_LABELS: Final = ("pod", "namespace")
 # Which training job and worker a gpuwise series belongs to.
 JOB_LABELS: Final = ("namespace", "pod", "trainingjob", "worker")
+# A whole TrainingJob: the operator's per-job series (findings, recommendations, summary).
+TRAININGJOB_LABELS: Final = ("namespace", "trainingjob")
 # The short device identity on gpuwise's own per-device series.
 GPU_LABELS: Final = ("gpu", "UUID", "GPU_I_ID")
 # Every series whose values a simulated backend produced carries simulated="true".
@@ -53,6 +56,7 @@ _SCOPE_LABELS: Final[dict[Scope, tuple[str, ...]]] = {
     Scope.GPU: (*GPU_LABELS, *JOB_LABELS, SIMULATED_LABEL),
     Scope.PROCESS: (*JOB_LABELS, RANK_LABEL),
     Scope.SIDECAR: JOB_LABELS,
+    Scope.TRAININGJOB: TRAININGJOB_LABELS,
 }
 
 

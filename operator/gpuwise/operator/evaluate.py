@@ -24,6 +24,7 @@ from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import JobWindow, Sustain
 from gpuwise.operator.kube import Kube
+from gpuwise.operator.metrics import JOBS
 from gpuwise.operator.reconcile import as_body, parse_spec
 
 JsonDict = dict[str, Any]
@@ -139,7 +140,9 @@ class Evaluator:
 async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger) -> None:
     """Diagnose one running job and write what changed to its status, with Events for findings."""
     status = body.get("status") or {}
+    meta = body["metadata"]
     if status.get("phase") != Phase.RUNNING.value:
+        JOBS.forget(meta["namespace"], meta["name"])  # its gpuwise_job_* series go with it
         return
     spec, problem = parse_spec(body)
     if spec is None or problem is not None:
@@ -149,9 +152,10 @@ async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, l
     except prometheus.PrometheusError as exc:
         logger.warning("cannot evaluate efficiency: %s", exc)
         return
+    # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
+    JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds)
     if not changed(new, status):
         return
-    meta = body["metadata"]
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
     before = {f["kind"] for f in status.get("findings") or []}
     for finding in new["findings"]:

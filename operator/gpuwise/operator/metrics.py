@@ -8,7 +8,9 @@ Two honest counters, both measured where the work happens without touching the h
 * `gpuwise_operator_api_requests_total{verb, outcome}`: the API calls the operator makes itself
   (creating Jobs and Services, patching status), with `outcome="error"` when the API server refused.
 
-Plus the prometheus-client process metrics (memory, CPU, open files) of the operator process.
+Plus the prometheus-client process metrics (memory, CPU, open files) of the operator process, and
+the per-TrainingJob gauges of the metric catalog's `trainingjob` scope (`JobGauges`): what the
+latest evaluation of each running job found, for alerts and dashboards.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
-from typing import Final
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
+from gpuwise.metrics import Metric, catalog
 from gpuwise.operator.kube import ApiError, JsonDict, Kube
 
 VERSION: Final = "0.1.0"
@@ -36,6 +44,83 @@ API_REQUESTS: Final = Counter(
     ["verb", "outcome"],
 )
 INFO: Final = Gauge("gpuwise_operator_info", "Always 1; the labels say which operator this is.", ["version"])
+
+
+@dataclass(frozen=True, slots=True)
+class JobSeries:
+    """One job's per-job series, as its latest evaluation left them."""
+
+    gpu_utilization: float | None
+    data_wait: float | None
+    findings: tuple[tuple[str, float], ...]  # (kind, confidence)
+    recommendations: tuple[tuple[str, str], ...]  # (action, finding)
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> JobSeries:
+        """From the status fields `publish_efficiency()` computes (`efficiency`, `findings`, ...)."""
+        efficiency = status.get("efficiency") or {}
+        util, wait = efficiency.get("gpuUtilization"), efficiency.get("dataWaitFraction")
+        return cls(
+            gpu_utilization=float(util) if util is not None else None,
+            data_wait=float(wait) if wait is not None else None,
+            findings=tuple((str(f["kind"]), float(f["confidence"])) for f in status.get("findings") or []),
+            recommendations=tuple(
+                sorted({(str(r["action"]), str(r["finding"])) for r in status.get("recommendations") or []})
+            ),
+        )
+
+
+class JobGauges(Collector):
+    """`gpuwise_job_*`: per running TrainingJob, what its latest evaluation found.
+
+    A series exists only while what it stands for holds: a cleared finding or recommendation, or an
+    unmeasured quantity, has no series (never a 0). `forget()` drops a job that stopped running;
+    a job that is not published again within its `ttl` (deleted, so its timer stopped, or
+    Prometheus unreachable) is dropped at the next scrape, so no series outlives its job.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._jobs: dict[tuple[str, str], tuple[float, JobSeries]] = {}  # key -> (expiry, series)
+
+    def publish(self, namespace: str, name: str, status: Mapping[str, Any], ttl: float) -> None:
+        series = JobSeries.from_status(status)
+        with self._lock:
+            self._jobs[(namespace, name)] = (self._clock() + ttl, series)
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._jobs.pop((namespace, name), None)
+
+    def jobs(self) -> dict[tuple[str, str], JobSeries]:
+        """The jobs with live series, expired ones dropped."""
+        now = self._clock()
+        with self._lock:
+            for key in [key for key, (expiry, _) in self._jobs.items() if expiry <= now]:
+                del self._jobs[key]
+            return {key: series for key, (_, series) in self._jobs.items()}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        def family(metric: Metric) -> GaugeMetricFamily:
+            return GaugeMetricFamily(metric.name, metric.help, labels=metric.labels)
+
+        finding, recommendation = family(catalog.JOB_FINDING), family(catalog.JOB_RECOMMENDATION)
+        utilization, wait = family(catalog.JOB_GPU_UTIL), family(catalog.JOB_DATA_WAIT)
+        for (namespace, name), series in sorted(self.jobs().items()):
+            for kind, confidence in series.findings:
+                finding.add_metric([namespace, name, kind], confidence)
+            for action, cause in series.recommendations:
+                recommendation.add_metric([namespace, name, action, cause], 1.0)
+            if series.gpu_utilization is not None:
+                utilization.add_metric([namespace, name], series.gpu_utilization)
+            if series.data_wait is not None:
+                wait.add_metric([namespace, name], series.data_wait)
+        yield from (finding, recommendation, utilization, wait)
+
+
+JOBS: Final = JobGauges()
+REGISTRY.register(JOBS)
 
 # kopf: "Handler 'reconcile' succeeded." / "Timer 'resync' failed with an exception. Will retry."
 _OUTCOME: Final = re.compile(r"^(?:Handler|Timer|Daemon|Webhook) '(?P<id>[^']+)' (?P<verb>succeeded|failed)\b")

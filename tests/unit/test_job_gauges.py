@@ -1,0 +1,169 @@
+"""The operator's gpuwise_job_* gauges: series appear, update, clear and go with their job.
+
+Read back through prometheus-client's own exposition of a fresh registry, not through mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwise.api.trainingjob import TrainingJobSpec
+from gpuwise.diagnose.window import JobWindow
+from gpuwise.metrics import catalog
+from gpuwise.operator.evaluate import Evaluator, efficiency_status, publish_efficiency
+from gpuwise.operator.metrics import JOBS, JobGauges
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+JOB_METRICS = {m.name for m in (catalog.JOB_FINDING, catalog.JOB_RECOMMENDATION, catalog.JOB_GPU_UTIL,
+                                catalog.JOB_DATA_WAIT)}  # fmt: skip
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def exposed(registry: CollectorRegistry) -> Samples:
+    text = generate_latest(registry).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in JOB_METRICS
+    }
+
+
+def gauges() -> tuple[JobGauges, CollectorRegistry, Clock]:
+    clock = Clock()
+    jobs = JobGauges(clock)
+    registry = CollectorRegistry()
+    registry.register(jobs)
+    return jobs, registry, clock
+
+
+def spec(mode: str = "Recommend") -> TrainingJobSpec:
+    return TrainingJobSpec.model_validate(
+        {
+            "trainer": {"image": "x", "resourcesPerNode": {"limits": {"cpu": "2500m"}}},
+            "efficiency": {"mode": mode, "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}}},
+        }
+    )
+
+
+def window(**overrides: Any) -> JobWindow:
+    values: dict[str, Any] = {
+        "window_seconds": 900, "sample_interval_seconds": 15, "job_age_seconds": 3600,
+        "gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.6] * 60, "num_workers": 1,
+        "memory_used_mib": 20_000.0, "memory_total_mib": 80_000.0, "sm_activity": 0.21,
+    }  # fmt: skip
+    values.update(overrides)
+    return JobWindow(**values)
+
+
+def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted({"namespace": "team", "trainingjob": "bert", **labels}.items()))
+
+
+def test_an_input_bound_job_gets_its_finding_recommendation_and_summary() -> None:
+    jobs, registry, _ = gauges()
+    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)
+    samples = exposed(registry)
+    confidence = samples.pop(key(catalog.JOB_FINDING.name, kind="InputBound"))
+    assert 0 < confidence <= 1
+    assert samples == {
+        key(catalog.JOB_RECOMMENDATION.name, action="AdjustConfig", finding="InputBound"): 1.0,
+        key(catalog.JOB_GPU_UTIL.name): 30.0,
+        key(catalog.JOB_DATA_WAIT.name): 0.6,
+    }
+
+
+def test_series_update_and_a_cleared_finding_loses_its_series() -> None:
+    jobs, registry, _ = gauges()
+    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)
+    first = efficiency_status(spec(), window(), {}, NOW)
+    healthy = window(gpu_utilization=[92.0] * 60, data_wait_fraction=[0.02] * 60)
+    jobs.publish("team", "bert", efficiency_status(spec(), healthy, first, NOW), ttl=90)
+    assert exposed(registry) == {key(catalog.JOB_GPU_UTIL.name): 92.0, key(catalog.JOB_DATA_WAIT.name): 0.02}
+
+
+def test_unmeasured_quantities_have_no_series_never_zero() -> None:
+    jobs, registry, _ = gauges()
+    status = efficiency_status(spec("Observe"), window(gpu_utilization=[], data_wait_fraction=[]), {}, NOW)
+    jobs.publish("team", "bert", status, ttl=90)
+    assert exposed(registry) == {}
+    assert "# TYPE gpuwise_job_finding gauge" in generate_latest(registry).decode()  # the family is still declared
+
+
+def test_observe_mode_exports_the_summary_only() -> None:
+    jobs, registry, _ = gauges()
+    jobs.publish("team", "bert", efficiency_status(spec("Observe"), window(), {}, NOW), ttl=90)
+    assert set(exposed(registry)) == {key(catalog.JOB_GPU_UTIL.name), key(catalog.JOB_DATA_WAIT.name)}
+
+
+def test_a_forgotten_job_loses_every_series_and_others_keep_theirs() -> None:
+    jobs, registry, _ = gauges()
+    status = efficiency_status(spec(), window(), {}, NOW)
+    jobs.publish("team", "bert", status, ttl=90)
+    jobs.publish("team", "gpt", status, ttl=90)
+    jobs.forget("team", "bert")
+    jobs.forget("team", "never-seen")
+    remaining = exposed(registry)
+    assert remaining and {dict(labels)["trainingjob"] for _, labels in remaining} == {"gpt"}
+
+
+def test_a_job_not_published_again_expires_after_its_ttl() -> None:
+    jobs, registry, clock = gauges()
+    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)
+    clock.now += 89
+    assert exposed(registry)
+    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)  # refreshed
+    clock.now += 89
+    assert exposed(registry)
+    clock.now += 2
+    assert exposed(registry) == {}
+    assert jobs.jobs() == {}
+
+
+class FixedEvaluator(Evaluator):
+    """Returns a computed status instead of reading Prometheus."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        super().__init__(source=None, cycle_seconds=30)  # type: ignore[arg-type]
+        self.status = status
+
+    async def evaluate(self, body: Any, spec: TrainingJobSpec) -> dict[str, Any]:
+        return self.status
+
+
+def body(phase: str, status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpuwise.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"namespace": "team", "name": "hooked", "uid": "u1"},
+        "spec": spec().model_dump(mode="json", by_alias=True, exclude_none=True),
+        "status": {**status, "phase": phase},
+    }
+
+
+def test_publish_efficiency_feeds_the_gauges_and_a_job_that_stops_running_loses_them() -> None:
+    status = efficiency_status(spec(), window(), {}, NOW)
+    evaluator = FixedEvaluator(status)
+    logger = logging.getLogger("test")
+    try:
+        # Unchanged status: nothing to patch, but the gauges are refreshed.
+        asyncio.run(publish_efficiency(body("Running", status), evaluator, None, logger))  # type: ignore[arg-type]
+        assert ("team", "hooked") in JOBS.jobs()
+        asyncio.run(publish_efficiency(body("Succeeded", status), evaluator, None, logger))  # type: ignore[arg-type]
+        assert ("team", "hooked") not in JOBS.jobs()
+    finally:
+        JOBS.forget("team", "hooked")
