@@ -380,7 +380,7 @@ def test_prometheusrule_ships_the_generated_rules_with_the_values_applied() -> N
         assert rule["labels"] == {**expected[name]["labels"], "team": "ml"}
     # The operator's own alert needs its ServiceMonitor.
     groups = one(render(CLUSTERWIDE_HA), "PrometheusRule")["spec"]["groups"]
-    assert [g["name"] for g in groups] == ["gpuwise-exporter"]
+    assert [g["name"] for g in groups] == ["gpuwise-exporter", "gpuwise-efficiency"]
 
 
 def test_dashboards_are_configmaps_for_the_grafana_sidecar() -> None:

@@ -241,7 +241,7 @@ def test_no_alert_fires_on_a_healthy_job(server: Prometheus) -> None:
     status, body = get(f"{server.url}/api/v1/rules")
     assert status == 200
     groups = json.loads(body)["data"]["groups"]
-    assert {g["name"] for g in groups} == {"gpuwise-exporter", "gpuwise-operator"}
+    assert {g["name"] for g in groups} == {"gpuwise-exporter", "gpuwise-operator", "gpuwise-efficiency"}
     assert all(rule["health"] == "ok" for g in groups for rule in g["rules"]), body
     eventually(lambda: server.query(f'up{{job="{SIDECAR_JOB}"}} == 1'), timeout=10)
     assert server.query("ALERTS") == []

@@ -19,7 +19,7 @@ import yaml
 from gpuwise.metrics import catalog
 from gpuwise.observability import RULE_GROUPS
 from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB
-from gpuwise.observability.rules import EXPECTED_REASONS
+from gpuwise.observability.rules import EXPECTED_REASONS, IDLE_SECONDS, UNDERUSED_PERCENT
 from gpuwise.sidecar import backend
 from tests.chart.support import CHART, EVERYTHING, one, render
 
@@ -30,6 +30,41 @@ ALERTS = {alert.name: alert for group in RULE_GROUPS for alert in group.alerts}
 
 POD = 'namespace="team", pod="job-0"'
 GPU = f'{POD}, gpu="0", UUID="GPU-0"'
+BERT = {"namespace": "team", "trainingjob": "bert"}
+
+
+def worker(job: str, index: int) -> str:
+    return f'namespace="team", pod="{job}-{index}", trainingjob="{job}", worker="{index}"'
+
+
+def every(n: int, usual: float, odd: float, length: int = 41) -> str:
+    """Explicit samples: `usual`, except every n-th sample (the last of each n), which is `odd`."""
+    return " ".join(str(odd if i % n == n - 1 else usual) for i in range(length))
+
+
+def job_gpus(job: str, workers: int, utilization: str) -> dict[str, str]:
+    """A job's sidecars (the info series that names their job) and one GPU per worker."""
+    series = {}
+    for index in range(workers):
+        series[f'{catalog.SIDECAR_INFO.name}{{{worker(job, index)}, backend="simulated"}}'] = "1x40"
+        gpu = f'namespace="team", pod="{job}-{index}", gpu="0", UUID="GPU-{job}-{index}", Hostname="n{index}"'
+        series[f"{catalog.GPU_UTIL.name}{{{gpu}}}"] = utilization
+    return series
+
+
+def steps(job: str, seconds_per_step: list[float], last_step: str = "0+60x40") -> dict[str, str]:
+    """Per worker: one rank's step histogram (_sum and _count, one minute of steps per minute)."""
+    series = {}
+    for index, seconds in enumerate(seconds_per_step):
+        labels = f'{worker(job, index)}, local_rank="0"'
+        series[f"{catalog.STEP_DURATION.name}_sum{{{labels}}}"] = "0+60x40"
+        series[f"{catalog.STEP_DURATION.name}_count{{{labels}}}"] = f"0+{60 / seconds:g}x40"
+        series[f"{catalog.LAST_STEP.name}{{{labels}}}"] = last_step
+    return series
+
+
+# Busy, but every 12th sample dips under the threshold (8 % of samples): bursty, not underused.
+BURSTY = {**job_gpus("bursty", 2, every(12, 95, 5)), **steps("bursty", [1.0, 1.0])}
 
 
 @dataclass
@@ -55,6 +90,10 @@ HEALTHY = Case(
         # Drops long ago (already there 10 minutes before), none since; an old XID, none since.
         f'{catalog.EVENTS_DROPPED.name}{{{POD}, reason="flood"}}': "3x40",
         f'{catalog.XID_EVENTS.name}{{{GPU}, xid="13"}}': "1x40",
+        # A busy three-worker job stepping in lockstep, and a bursty but healthy one.
+        **job_gpus("bert", 3, "90x40"),
+        **steps("bert", [1.0, 1.0, 1.1]),
+        **BURSTY,
     },
     [(time, alert, []) for time in ("12m", "25m", "40m") for alert in ALERTS],
 )
@@ -147,6 +186,48 @@ CASES = [
         ],
     ),
     Case(
+        "a bursty but healthy job: under the threshold in 8 % of samples, never underutilized",
+        BURSTY,
+        [(f"{minute}m", "GpuwiseJobUnderutilized", []) for minute in range(10, 41)],
+    ),
+    Case(
+        f"a job under {UNDERUSED_PERCENT} % in 95 % of samples (bursts to 95 % do not hide it)",
+        {**job_gpus("bert", 2, every(20, 30, 95)), **steps("bert", [1.0, 1.0])},
+        [
+            ("10m", "GpuwiseJobUnderutilized", []),  # under 80 % of the window seen: start-up grace
+            ("16m", "GpuwiseJobUnderutilized", [BERT]),
+            ("40m", "GpuwiseJobUnderutilized", [BERT]),
+        ],
+    ),
+    Case(
+        "a job that keeps its GPUs but stops stepping at minute 10",
+        {**job_gpus("bert", 2, "90x10 0x30"), **steps("bert", [1.0, 1.0], last_step="0+60x10 600x30")},
+        [
+            (f"{(600 + IDLE_SECONDS) // 60 - 1}m", "GpuwiseJobIdle", []),
+            (f"{(600 + IDLE_SECONDS) // 60 + 1}m", "GpuwiseJobIdle", [BERT]),
+        ],
+    ),
+    Case(
+        "one worker of three takes twice as long per step",
+        {**job_gpus("bert", 3, "90x40"), **steps("bert", [1.0, 1.0, 2.0])},
+        [
+            ("10m", "GpuwiseJobStraggler", []),
+            ("16m", "GpuwiseJobStraggler", [{**BERT, "pod": "bert-2"}]),
+        ],
+    ),
+    Case(
+        "the operator holds a finding for a while, then it clears",
+        {
+            f'{catalog.JOB_FINDING.name}{{job="{OPERATOR_JOB}", instance="op:8080", namespace="team", '
+            'trainingjob="bert", kind="InputBound"}': "_x5 0.8x10",
+        },
+        [
+            ("3m", "GpuwiseJobFinding", []),
+            ("7m", "GpuwiseJobFinding", [{**BERT, "kind": "InputBound"}]),
+            ("25m", "GpuwiseJobFinding", []),
+        ],
+    ),
+    Case(
         "the operator is down",
         {f'up{{job="{OPERATOR_JOB}", namespace="gpuwise", pod="gpuwise-0"}}': "0x20"},
         [("10m", "GpuwiseOperatorDown", [{"job": OPERATOR_JOB, "namespace": "gpuwise", "pod": "gpuwise-0"}])],
@@ -233,3 +314,15 @@ def test_expected_reasons_are_the_sidecar_s() -> None:
         backend.MIG_UNSUPPORTED,
         backend.UNAVAILABLE,
     }
+
+
+def test_efficiency_rules_use_the_diagnosis_s_thresholds() -> None:
+    # The rules and the operator agree on what underused, sustained and straggling mean.
+    from gpuwise.diagnose.rules import DiagnosisThresholds
+    from gpuwise.diagnose.straggler import StragglerPolicy
+    from gpuwise.diagnose.window import Sustain
+    from gpuwise.observability import rules
+
+    assert DiagnosisThresholds().gpu_utilization == rules.UNDERUSED_PERCENT
+    assert StragglerPolicy().min_slowdown == rules.STRAGGLER_SLOWDOWN
+    assert (Sustain().hold_fraction, Sustain().min_coverage) == (rules.SUSTAINED_SHARE, rules.MIN_COVERAGE)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from gpuwise.metrics import Metric, catalog
-from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB, increase, sel
+from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB, increase, rate, sel, with_trainingjob
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -166,8 +166,111 @@ def operator_health() -> RuleGroup:
     )
 
 
-# What the chart ships, in order. The efficiency engine's group goes here when it lands.
-RULE_GROUPS: Final[tuple[RuleGroup, ...]] = (exporter_health(), operator_health())
+# --- efficiency: what "sustained" means here is what it means to the operator (gpuwise.diagnose) ---
+# GPU utilization (%) below which a job's GPUs are underused: DiagnosisThresholds' default (a job's
+# own spec.efficiency.thresholds.gpuUtilization is not in Prometheus; its findings are, below).
+UNDERUSED_PERCENT: Final = 50
+# A condition is sustained when it holds in at least this share of the window's samples...
+SUSTAINED_SHARE: Final = 0.9
+# ...sampled every STEP over WINDOW, and the window is at least this much covered (start-up grace).
+WINDOW: Final = "15m"
+STEP: Final = "1m"
+WINDOW_STEPS: Final = 15
+MIN_COVERAGE: Final = 0.8
+# GPUs allocated and no training step for this long: idle.
+IDLE_SECONDS: Final = 600
+# A worker whose mean step time is this many times its job's median is a straggler
+# (StragglerPolicy.min_slowdown).
+STRAGGLER_SLOWDOWN: Final = 1.25
+BY_JOB: Final = "by (namespace, trainingjob)"
+
+
+def sustained(expr: str, condition: str) -> str:
+    """`expr` satisfies `condition` (e.g. `< bool 50`) in >= 90 % of a well-covered window's samples.
+
+    A subquery samples `expr` every STEP; `avg_over_time` of the 0/1 comparison is the share of
+    samples that satisfy it, `count_over_time` how many samples exist at all, so a job that started
+    a few minutes ago (or whose telemetry has gaps) is not judged on a sliver of a window.
+    """
+    share = f"avg_over_time(({expr} {condition})[{WINDOW}:{STEP}])"
+    covered = f"count_over_time(({expr})[{WINDOW}:{STEP}])"
+    return f"{share} >= {SUSTAINED_SHARE:g} and {covered} >= {MIN_COVERAGE * WINDOW_STEPS:g}"
+
+
+def job_gpu_utilization() -> str:
+    """Per TrainingJob, the mean utilization of its GPUs (the operator's own query, gpuwise.diagnose)."""
+    return f"avg {BY_JOB} ({with_trainingjob(sel(catalog.GPU_UTIL))})"
+
+
+def worker_step_seconds() -> str:
+    """Per worker pod, its mean step time over the last 5 minutes."""
+    by = "by (namespace, trainingjob, pod)"
+    total = rate(catalog.STEP_DURATION, "5m", suffix="_sum")
+    count = rate(catalog.STEP_DURATION, "5m", suffix="_count")
+    return f"sum {by} ({total}) / sum {by} ({count})"
+
+
+def efficiency() -> RuleGroup:
+    """Underused, idle and straggling jobs, and every finding the operator holds.
+
+    Underutilization and stragglers are computed from the telemetry, not from the operator's
+    gauges: they then work in every mode (Observe publishes no findings), without the operator
+    running, and on the raw samples, which is what "sustained" is about (the operator's
+    `gpuwise_job_gpu_utilization_percent` is a window mean: a mean cannot tell a bursty job from a
+    sustained one). The straggler rule compares each worker's step time to its job's median,
+    because the operator's straggler detector is not yet in its loop; once it is, its findings
+    reach `GpuwiseJobFinding` (kind="Straggler") like any other.
+    """
+    job = "{{ $labels.namespace }}/{{ $labels.trainingjob }}"
+    ratio = (
+        f"({worker_step_seconds()}) / on (namespace, trainingjob) group_left "
+        f"quantile {BY_JOB} (0.5, {worker_step_seconds()})"
+    )
+    last_step = f"max {BY_JOB} ({sel(catalog.LAST_STEP)})"
+    gpus = f"count {BY_JOB} ({with_trainingjob(sel(catalog.GPU_UTIL))})"
+    return RuleGroup(
+        "gpuwise-efficiency",
+        (
+            Alert(
+                "GpuwiseJobUnderutilized",
+                sustained(job_gpu_utilization(), f"< bool {UNDERUSED_PERCENT}"),
+                "warning",
+                f"TrainingJob {job} keeps its GPUs under {UNDERUSED_PERCENT} % busy",
+                f"The job's mean GPU utilization was below {UNDERUSED_PERCENT} % in at least "
+                f"{SUSTAINED_SHARE:.0%} of the last {WINDOW}'s samples. `kubectl describe tj` shows gpuwise's "
+                "diagnosis and the recommended change.",
+            ),
+            Alert(
+                "GpuwiseJobIdle",
+                f"time() - {last_step} > {IDLE_SECONDS} and on (namespace, trainingjob) {gpus}",
+                "warning",
+                f"TrainingJob {job} holds GPUs but has made no training step for {IDLE_SECONDS // 60} minutes",
+                "The job's GPUs are allocated and its sidecars report no new step: it is stuck (a hung "
+                "collective, a deadlocked DataLoader) or idling between runs. Its GPUs could go to another job.",
+            ),
+            Alert(
+                "GpuwiseJobStraggler",
+                sustained(ratio, f"> bool {STRAGGLER_SLOWDOWN:g}"),
+                "warning",
+                f"worker {{{{ $labels.pod }}}} of TrainingJob {job} is a straggler",
+                f"Its mean step time was over {STRAGGLER_SLOWDOWN:g}x its job's median in at least "
+                f"{SUSTAINED_SHARE:.0%} of the last {WINDOW}'s samples; synchronous steps wait for it. Look "
+                "at its node (throttling, a noisy neighbour, a slow link) or reschedule it.",
+            ),
+            Alert(
+                "GpuwiseJobFinding",
+                f"max by (namespace, trainingjob, kind) ({sel(catalog.JOB_FINDING)})",
+                "info",
+                f"gpuwise finds {{{{ $labels.kind }}}} in TrainingJob {job}",
+                "The operator's diagnosis holds this finding (it is already sustained over the job's window); "
+                "`kubectl describe tj` shows the evidence and the recommended change.",
+            ),
+        ),
+    )
+
+
+# What the chart ships, in order.
+RULE_GROUPS: Final[tuple[RuleGroup, ...]] = (exporter_health(), operator_health(), efficiency())
 
 
 def rule_file(groups: tuple[RuleGroup, ...] = RULE_GROUPS) -> dict[str, Any]:
