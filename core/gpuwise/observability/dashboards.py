@@ -3,14 +3,16 @@
 Two dashboards ship with the chart, as ConfigMaps the Grafana sidecar picks up:
 
 * **gpuwise / Cluster overview**: GPUs in training pods, how busy they are, GPU-hours allocated
-  against used, the jobs that waste the most, and the health of the exporters.
+  against used, the jobs that waste the most, the operator's findings and recommended actions, and
+  the health of the exporters.
 * **gpuwise / Training job**: one TrainingJob's workers: utilization, SM and tensor activity,
-  memory, power, step time, throughput, time waiting for input, and the input pipeline's settings.
+  memory, power, step time, throughput, time waiting for input, the input pipeline's settings, and
+  what the operator finds and recommends (the `gpuwise_job_*` gauges of its /metrics).
 
 NVIDIA's dcgm-exporter dashboard (Grafana 12239) ships beside them unchanged: the sidecar exposes
 the DCGM names it queries. Every target here is tested against a real Prometheus scraping
-simulated sidecars (tests/chart/test_dashboards.py); a target marked `quiet` (error counts) is
-empty on a healthy fleet and is only required to parse.
+simulated sidecars (tests/chart/test_dashboards.py); a target marked `quiet` (error counts, the
+operator's findings) is empty on a healthy fleet and is only required to parse.
 """
 
 from __future__ import annotations
@@ -365,14 +367,39 @@ def cluster_overview() -> Dashboard:
                 description="Training samples per second.",
             ),
             Panel(
-                "Findings and actions",
-                "text",
-                text=(
-                    "gpuwise writes what it finds and what it does to each TrainingJob's status and Events:\n\n"
-                    "```\nkubectl get tj -A            # the FINDING column\nkubectl describe tj NAME -n NS"
-                    "  # conditions, recommendations, Events\n```\n\n"
-                    "Open **gpuwise / Training job** for one job's workers."
+                "Active findings",
+                "table",
+                (
+                    Target(
+                        f"max by (namespace, trainingjob, kind) ({sel(catalog.JOB_FINDING, NS)})",
+                        instant=True,
+                        quiet=True,
+                    ),
                 ),
+                unit="percentunit",
+                decimals=2,
+                description="What the operator finds in each running TrainingJob, with its confidence (empty when "
+                "all is well). `kubectl describe tj NAME -n NS` shows the evidence.",
+            ),
+            Panel(
+                "Recommended actions",
+                "table",
+                (
+                    Target(
+                        f"max by (namespace, trainingjob, action, finding) ({sel(catalog.JOB_RECOMMENDATION, NS)})",
+                        instant=True,
+                        quiet=True,
+                    ),
+                ),
+                description="The changes the operator recommends (Recommend and Enforce modes), by finding; "
+                "the job's status.recommendations has the concrete values.",
+            ),
+            Panel(
+                "Jobs with a finding, by kind",
+                "timeseries",
+                (Target(f"count by (kind) ({sel(catalog.JOB_FINDING, NS)})", legend="{{kind}}", quiet=True),),
+                width=24,
+                description="How many running TrainingJobs each kind of finding holds on, over time.",
             ),
         ),
     )
@@ -479,11 +506,13 @@ def job_detail() -> Dashboard:
                 max=1,
             ),
             Panel(
-                "Findings and recommendations",
-                "text",
+                "Active findings",
+                "stat",
+                (Target(f"count({sel(catalog.JOB_FINDING, NS, JOB)}) or vector(0)"),),
                 width=4,
                 height=5,
-                text="In the job's status and Events:\n\n`kubectl describe tj $trainingjob -n $namespace`",
+                description="Findings the operator holds on this job now; see the Findings row and "
+                "`kubectl describe tj $trainingjob -n $namespace`.",
             ),
         ),
     )
@@ -613,6 +642,42 @@ def job_detail() -> Dashboard:
             ),
         ),
     )
+    job = (NS, JOB)
+    findings = Row(
+        "Findings",
+        (
+            Panel(
+                "Findings",
+                "timeseries",
+                (Target(f"max by (kind) ({sel(catalog.JOB_FINDING, *job)})", legend="{{kind}}", quiet=True),),
+                unit="percentunit",
+                max=1,
+                description="Each finding the operator holds on this job, with its confidence, while it holds.",
+            ),
+            Panel(
+                "Recommended actions",
+                "table",
+                (
+                    Target(
+                        f"max by (action, finding) ({sel(catalog.JOB_RECOMMENDATION, *job)})", instant=True, quiet=True
+                    ),
+                ),
+                description="What the operator recommends, by finding; status.recommendations has the changes.",
+            ),
+            Panel(
+                "Operator's window: GPU utilization and input wait",
+                "timeseries",
+                (
+                    Target(f"max({sel(catalog.JOB_GPU_UTIL, *job)}) / 100", legend="GPU utilization", quiet=True),
+                    Target(f"max({sel(catalog.JOB_DATA_WAIT, *job)})", legend="waiting for input", quiet=True),
+                ),
+                unit="percentunit",
+                max=1,
+                width=24,
+                description="The means over the job's efficiency window that the operator's diagnosis works from.",
+            ),
+        ),
+    )
     info = sel(catalog.SIDECAR_INFO)
     return Dashboard(
         uid="gpuwise-job",
@@ -624,7 +689,7 @@ def job_detail() -> Dashboard:
             Variable("trainingjob", "TrainingJob", f"label_values({sel(catalog.SIDECAR_INFO, NS)}, trainingjob)"),
             Variable("pod", "Worker pod", f"label_values({sel(catalog.SIDECAR_INFO, NS, JOB)}, pod)", True, True),
         ),
-        rows=(summary, gpu, training, health),
+        rows=(summary, gpu, training, health, findings),
         links=({"title": "Cluster overview", "type": "link", "url": "/d/gpuwise-cluster"},),
     )
 
