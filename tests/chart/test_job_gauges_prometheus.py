@@ -1,0 +1,102 @@
+"""The operator's gpuwise_job_* gauges through a real Prometheus: panels, the finding alert, removal.
+
+A prometheus-client HTTP server exposes a `JobGauges` collector the way the operator's /metrics
+does; Prometheus scrapes it as job `gpuwise-operator` with the operator pod's own namespace and pod
+as target labels, honouring the exposed `namespace` (the TrainingJob's, not the operator's), and
+loads the chart's rules.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, start_http_server
+
+from gpuwise.metrics import catalog
+from gpuwise.observability import DASHBOARDS
+from gpuwise.observability.promql import OPERATOR_JOB
+from gpuwise.operator.evaluate import efficiency_status
+from gpuwise.operator.metrics import JobGauges
+from tests.chart.support import CHART
+from tests.support.prometheus import Prometheus, running
+from tests.support.waiting import eventually, free_port
+from tests.unit.test_job_gauges import spec, window
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs prometheus (make system-deps)"),
+]
+
+JOB_METRICS = (catalog.JOB_FINDING, catalog.JOB_RECOMMENDATION, catalog.JOB_GPU_UTIL, catalog.JOB_DATA_WAIT)
+VARIABLES = {"$namespace": "team", "$trainingjob": "bert", "$__rate_interval": "20s"}
+
+
+@pytest.fixture(scope="module")
+def operator() -> Iterator[tuple[JobGauges, Prometheus]]:
+    jobs = JobGauges()
+    registry = CollectorRegistry()
+    registry.register(jobs)
+    port = free_port()
+    http, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(CHART / "files" / "prometheus-rules.yaml")],
+        "scrape_configs": [
+            {
+                "job_name": OPERATOR_JOB,
+                "honor_labels": True,
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "gpuwise", "pod": "gpuwise-0"}}
+                ],
+            }
+        ],
+    }
+    try:
+        with tempfile.TemporaryDirectory(prefix="gw-") as tmp, running(Path(tmp), config) as server:
+            yield jobs, server
+    finally:
+        http.shutdown()
+        thread.join(timeout=5)
+
+
+def fill(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
+def test_findings_reach_the_panels_fire_the_alert_and_go_when_the_job_does(
+    operator: tuple[JobGauges, Prometheus],
+) -> None:
+    jobs, server = operator
+    now = datetime.now(tz=UTC).replace(microsecond=0)
+    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, now), ttl=600)
+    names = tuple(metric.name for metric in JOB_METRICS)
+    targets = [
+        (panel.title, target.expr)
+        for dashboard in DASHBOARDS
+        for panel, target in dashboard.targets()
+        if any(name in target.expr for name in names)
+    ]
+    assert len(targets) >= 6
+
+    def empty() -> list[str]:
+        return [f"{title}: {expr}" for title, expr in targets if not server.query(fill(expr))]
+
+    eventually(lambda: not empty(), timeout=30, interval=1, what=f"finding panels with data: {empty()}")
+    firing = eventually(
+        lambda: server.query('ALERTS{alertname="GpuwiseJobFinding", alertstate="firing"}'), timeout=30, interval=1
+    )
+    assert [{k: r["metric"][k] for k in ("namespace", "trainingjob", "kind", "severity")} for r in firing] == [
+        {"namespace": "team", "trainingjob": "bert", "kind": "InputBound", "severity": "info"}
+    ]
+
+    jobs.forget("team", "bert")  # the job stopped running: its series end at the next scrape
+    eventually(lambda: not server.query(catalog.JOB_FINDING.name), timeout=30, interval=1, what="stale findings")
+    eventually(lambda: not server.query('ALERTS{alertname="GpuwiseJobFinding"}'), timeout=30, interval=1)
