@@ -60,6 +60,7 @@ def test_every_job_as_a_table_then_the_findings(url: str) -> None:
     assert "ml/bert: InputBound (confidence" in text
     assert "of step time is spent waiting for input" in text
     assert "→ " in text
+    assert text.endswith("the CLI does not see spec.efficiency.tunables (see --help).")
 
 
 def test_an_unknown_job_is_a_usage_error_that_lists_the_known_ones(url: str) -> None:

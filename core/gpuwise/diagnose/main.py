@@ -191,6 +191,8 @@ def render(results: list[Result]) -> str:
                 effect = f" (expected: {recommendation.expected_effect})" if recommendation.expected_effect else ""
                 lines.append(f"  → {recommendation.message}{effect}")
                 lines += [f"    set {env}={value}" for env, value in recommendation.changes.items()]
+    if any(r is not None for result in results for _, r in result.diagnoses):
+        lines += ["", "Recommendations name no settings: the CLI does not see spec.efficiency.tunables (see --help)."]
     return "\n".join(lines) + "\n"
 
 
