@@ -200,6 +200,20 @@ CASES = [
         ],
     ),
     Case(
+        "hysteresis: an underused job that improves to under the threshold in 67 % of samples stays flagged",
+        {
+            **job_gpus("bert", 1, " ".join(["30"] * 21 + ["30", "30", "95"] * 5 + ["90"] * 25)),
+            **job_gpus("fresh", 1, every(3, 30, 95)),  # the same 67 % from the start: never flagged
+        },
+        [
+            ("10m", "GpuwiseJobUnderutilized", []),
+            *((f"{minute}m", "GpuwiseJobUnderutilized", [BERT]) for minute in (15, 20, 25, 30)),
+            ("35m", "GpuwiseJobUnderutilized", [BERT]),  # 69 % of this window: under 90 %, over the 50 % release
+            ("40m", "GpuwiseJobUnderutilized", []),  # 44 %: released
+            ("45m", "GpuwiseJobUnderutilized", []),
+        ],
+    ),
+    Case(
         "a job that keeps its GPUs but stops stepping at minute 10",
         {**job_gpus("bert", 2, "90x10 0x30"), **steps("bert", [1.0, 1.0], last_step="0+60x10 600x30")},
         [

@@ -170,8 +170,10 @@ def operator_health() -> RuleGroup:
 # GPU utilization (%) below which a job's GPUs are underused: DiagnosisThresholds' default (a job's
 # own spec.efficiency.thresholds.gpuUtilization is not in Prometheus; its findings are, below).
 UNDERUSED_PERCENT: Final = 50
-# A condition is sustained when it holds in at least this share of the window's samples...
+# A condition is sustained when it holds in at least this share of the window's samples, and an
+# alert that fires holds until the share drops under RELEASE_SHARE (hysteresis)...
 SUSTAINED_SHARE: Final = 0.9
+RELEASE_SHARE: Final = 0.5
 # ...sampled every STEP over WINDOW, and the window is at least this much covered (start-up grace).
 WINDOW: Final = "15m"
 STEP: Final = "1m"
@@ -185,16 +187,22 @@ STRAGGLER_SLOWDOWN: Final = 1.25
 BY_JOB: Final = "by (namespace, trainingjob)"
 
 
-def sustained(expr: str, condition: str) -> str:
+def sustained(expr: str, condition: str, alert: str, by: str) -> str:
     """`expr` satisfies `condition` (e.g. `< bool 50`) in >= 90 % of a well-covered window's samples.
 
     A subquery samples `expr` every STEP; `avg_over_time` of the 0/1 comparison is the share of
     samples that satisfy it, `count_over_time` how many samples exist at all, so a job that started
-    a few minutes ago (or whose telemetry has gaps) is not judged on a sliver of a window.
+    a few minutes ago (or whose telemetry has gaps) is not judged on a sliver of a window. With the
+    operator's hysteresis: once `alert` fires for these labels (`by`), it holds until the share
+    drops under 50 %, so a job hovering around 90 % does not flap.
     """
     share = f"avg_over_time(({expr} {condition})[{WINDOW}:{STEP}])"
     covered = f"count_over_time(({expr})[{WINDOW}:{STEP}])"
-    return f"{share} >= {SUSTAINED_SHARE:g} and {covered} >= {MIN_COVERAGE * WINDOW_STEPS:g}"
+    firing = f'ALERTS{{alertname="{alert}", alertstate="firing"}}'
+    return (
+        f"({share} >= {SUSTAINED_SHARE:g} or {share} >= {RELEASE_SHARE:g} and on ({by}) {firing})"
+        f" and {covered} >= {MIN_COVERAGE * WINDOW_STEPS:g}"
+    )
 
 
 def job_gpu_utilization() -> str:
@@ -233,7 +241,12 @@ def efficiency() -> RuleGroup:
         (
             Alert(
                 "GpuwiseJobUnderutilized",
-                sustained(job_gpu_utilization(), f"< bool {UNDERUSED_PERCENT}"),
+                sustained(
+                    job_gpu_utilization(),
+                    f"< bool {UNDERUSED_PERCENT}",
+                    "GpuwiseJobUnderutilized",
+                    "namespace, trainingjob",
+                ),
                 "warning",
                 f"TrainingJob {job} keeps its GPUs under {UNDERUSED_PERCENT} % busy",
                 f"The job's mean GPU utilization was below {UNDERUSED_PERCENT} % in at least "
@@ -250,7 +263,9 @@ def efficiency() -> RuleGroup:
             ),
             Alert(
                 "GpuwiseJobStraggler",
-                sustained(ratio, f"> bool {STRAGGLER_SLOWDOWN:g}"),
+                sustained(
+                    ratio, f"> bool {STRAGGLER_SLOWDOWN:g}", "GpuwiseJobStraggler", "namespace, trainingjob, pod"
+                ),
                 "warning",
                 f"worker {{{{ $labels.pod }}}} of TrainingJob {job} is a straggler",
                 f"Its mean step time was over {STRAGGLER_SLOWDOWN:g}x its job's median in at least "
