@@ -1,8 +1,8 @@
 """Prometheus alerting rules, as data derived from the metric catalog.
 
-A rule group is a named tuple of alerts; `RULE_GROUPS` lists what the chart ships. The
-efficiency engine's rules slot in as one more group built the same way (and, like these, with
-`promtool test rules` cases in tests/chart/). The chart's PrometheusRule template reads the file
+A rule group is a named tuple of alerts; `RULE_GROUPS` lists what the chart ships: the
+exporters' and the operator's health, and the efficiency engine's `gpuwise-efficiency` group, each
+with `promtool test rules` cases in tests/chart/test_rules.py. The chart's PrometheusRule template reads the file
 `rule_file()` produces, so the same YAML also works as a plain Prometheus rule file.
 
 Two PromQL pitfalls these rules avoid on purpose:
@@ -227,7 +227,14 @@ def efficiency() -> RuleGroup:
     `gpuwise_job_gpu_utilization_percent` is a window mean: a mean cannot tell a bursty job from a
     sustained one). The straggler rule compares each worker's step time to its job's median,
     because the operator's straggler detector is not yet in its loop; once it is, its findings
-    reach `GpuwiseJobFinding` (kind="Straggler") like any other.
+    reach `GpuwiseJobFinding` (kind="Straggler") like any other. Its limit: step time is measured
+    from one step's end to the next, and in strictly synchronous all-reduce training every worker
+    waits for the slowest, so their step times even out; the detector, which also follows each
+    worker against its own baseline, is the better source there.
+
+    `GpuwiseJobFinding` reads the operator's gauges, whose `namespace` label is the TrainingJob's:
+    the operator's scrape must honour it (ServiceMonitor `honorLabels: true`), or Prometheus keeps
+    it as `exported_namespace` and sets `namespace` to the operator's own.
     """
     job = "{{ $labels.namespace }}/{{ $labels.trainingjob }}"
     ratio = (
