@@ -29,3 +29,9 @@ def test_prometheus_url_and_interval_reach_the_operator() -> None:
 def test_a_url_without_a_scheme_is_refused_at_install() -> None:
     with pytest.raises(helm.HelmValuesError, match="/efficiency/prometheusUrl"):
         render({"efficiency": {"prometheusUrl": "prometheus:9090"}})
+
+
+def test_the_operator_scrape_keeps_the_job_namespace_of_job_gauges() -> None:
+    values = {"monitoring": {"serviceMonitor": {"enabled": True}}}
+    monitor = next(d for d in render(values) if d["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True

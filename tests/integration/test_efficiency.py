@@ -36,7 +36,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
 
 @pytest.fixture
 def operator_args(prometheus: Prometheus) -> list[str]:
-    return [f"--prometheus-url={prometheus.url}", "--evaluate-seconds=1"]
+    # The test Prometheus scrapes every second: so is the query step.
+    return [f"--prometheus-url={prometheus.url}", "--evaluate-seconds=1", "--query-step-seconds=1"]
 
 
 def status_of(cluster: Cluster) -> dict[str, Any]:
@@ -99,7 +100,7 @@ async def test_jobs_in_one_cycle_share_one_read(prometheus: Prometheus) -> None:
     from gpuwise.diagnose.prometheus import Prometheus as Source
     from gpuwise.operator.evaluate import Evaluator
 
-    evaluator = Evaluator(Source(prometheus.url), cycle_seconds=60)
+    evaluator = Evaluator(Source(prometheus.url), cycle_seconds=60, step_seconds=1)
     body = manifest()
     body["metadata"]["creationTimestamp"] = "2026-11-22T00:00:00Z"
     spec = TrainingJobSpec.model_validate(body["spec"])

@@ -22,6 +22,7 @@ from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import publish_efficiency
 from gpuwise.operator.inject import inject_sidecar
+from gpuwise.operator.metrics import JOBS
 from gpuwise.operator.reconcile import Context, reconcile
 
 JsonDict = dict[str, Any]
@@ -125,6 +126,7 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
         # Children go with their owner through ownerReferences; only our own memory is left.
         context: Context = memo["context"]
         context.forget(namespace or "", name)
+        JOBS.forget(namespace or "", name)  # its gpuwise_job_* series go now, not at their expiry
 
     if settings.prometheus_url:
 

@@ -39,6 +39,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--prometheus-url", help="diagnose running jobs from this Prometheus, e.g. http://prometheus:9090"
     )
     parser.add_argument("--evaluate-seconds", type=float, help="how often every running job is diagnosed (30)")
+    parser.add_argument("--query-step-seconds", type=float, help="range-query resolution: the scrape interval (15)")
     parser.add_argument(
         "--peering",
         metavar="NAME",
@@ -103,6 +104,7 @@ def main(argv: Sequence[str]) -> int:
                 "resyncSeconds": args.resync_seconds,
                 "prometheusUrl": args.prometheus_url,
                 "evaluationSeconds": args.evaluate_seconds,
+                "queryStepSeconds": args.query_step_seconds,
             },
         )
     except SettingsError as exc:
@@ -121,7 +123,9 @@ def main(argv: Sequence[str]) -> int:
         kube_class = metrics.MeteredKube
     memo = kopf.Memo(context=Context(kube=kube_class(connect()), settings=settings))
     if settings.prometheus_url:
-        memo.evaluator = Evaluator(Prometheus(settings.prometheus_url), settings.evaluation_seconds)
+        memo.evaluator = Evaluator(
+            Prometheus(settings.prometheus_url), settings.evaluation_seconds, settings.query_step_seconds
+        )
     asyncio.run(
         kopf.operator(
             registry=build_registry(settings, webhook=args.webhook_port is not None),
