@@ -64,6 +64,10 @@ def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:
     assert 0 < window.memory_used_mib < window.memory_total_mib
     assert window.cpu_cores == 8
     assert window.batch_size is None, "the manual loop reports no DataLoader: unknown, not 0"
+    (worker,) = window.worker_step_seconds
+    steps = [seconds for _, seconds in window.worker_step_seconds[worker] if seconds == seconds]  # not NaN
+    assert worker == 0 and steps
+    assert all(0.03 <= seconds <= 0.1 for seconds in steps), steps  # 30 ms waiting + 10 ms computing
 
 
 def test_a_job_without_series_gets_nothing_invented(prometheus_url: str) -> None:
@@ -76,7 +80,7 @@ def test_a_job_without_series_gets_nothing_invented(prometheus_url: str) -> None
 def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> None:
     one = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600)})[1]
     many = collect(prometheus_url, {("ns", f"job-{i}"): source.JobFacts(age_seconds=3600) for i in range(500)})[1]
-    assert len(one.requests) == len(many.requests) == source.query_count() == 14
+    assert len(one.requests) == len(many.requests) == source.query_count() == 15
 
 
 def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> None:

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpuwise.diagnose.window import JobWindow
@@ -57,6 +57,14 @@ def range_queries() -> dict[str, str]:
         "gpu_utilization": _job_mean(catalog.GPU_UTIL),
         "data_wait_fraction": f"avg {BY_JOB} ({sel(catalog.DATA_WAIT_RATIO)})",
     }
+
+
+def worker_step_query(step_seconds: float) -> str:
+    """Each worker's mean step time, for the straggler rule (one series per worker, not per job)."""
+    rate_window = f"{int(max(60.0, 4 * step_seconds))}s"  # a rate needs several scrapes in its window
+    step_sum = f"rate({sel(catalog.STEP_DURATION, suffix='_sum')}[{rate_window}])"
+    step_count = f"rate({sel(catalog.STEP_DURATION, suffix='_count')}[{rate_window}])"
+    return f"avg by (namespace, trainingjob, worker) ({step_sum} / {step_count})"
 
 
 def instant_queries(window: str) -> dict[str, str]:
@@ -133,6 +141,8 @@ class Snapshot:
     step_seconds: float
     series: Mapping[str, Mapping[JobKey, list[float]]]
     facts: Mapping[str, Mapping[JobKey, Any]]
+    # Per job, per worker index: (unix time, mean step seconds).
+    worker_steps: Mapping[JobKey, Mapping[int, list[tuple[float, float]]]] = field(default_factory=dict)
 
     def jobs(self) -> list[JobKey]:
         """Every (namespace, trainingjob) that some query returned, sorted; unlabelled series left out."""
@@ -173,6 +183,7 @@ class Snapshot:
             pin_memory=flag("pin_memory"),
             autocast=flag("autocast"),
             memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
+            worker_step_seconds=self.worker_steps.get(key, {}),
         )
 
 
@@ -190,9 +201,15 @@ def fetch(source: Prometheus, *, now: float, window_seconds: float, step_seconds
             facts[name] = {_key(s): s["metric"].get("modelName") for s in result}
         else:
             facts[name] = {_key(s): float(s["value"][1]) for s in result}
-    return Snapshot(now, window_seconds, step_seconds, series, facts)
+    worker_steps: dict[JobKey, dict[int, list[tuple[float, float]]]] = {}
+    for sample in source.range(worker_step_query(step_seconds), now - window_seconds, now, step_seconds):
+        worker = sample["metric"].get("worker", "")
+        if worker.isdigit():
+            points = [(float(t), float(v)) for t, v in sample["values"]]
+            worker_steps.setdefault(_key(sample), {})[int(worker)] = points
+    return Snapshot(now, window_seconds, step_seconds, series, facts, worker_steps)
 
 
 def query_count() -> int:
     """Requests per evaluation cycle, whatever the number of jobs."""
-    return len(range_queries()) + len(instant_queries("1m"))
+    return len(range_queries()) + len(instant_queries("1m")) + 1  # + the per-worker step times
