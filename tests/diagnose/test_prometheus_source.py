@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -65,7 +66,7 @@ def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:
     assert window.cpu_cores == 8
     assert window.batch_size is None, "the manual loop reports no DataLoader: unknown, not 0"
     (worker,) = window.worker_step_seconds
-    steps = [seconds for _, seconds in window.worker_step_seconds[worker] if seconds == seconds]  # not NaN
+    steps = [seconds for _, seconds in window.worker_step_seconds[worker] if not math.isnan(seconds)]
     assert worker == 0 and steps
     assert all(0.03 <= seconds <= 0.1 for seconds in steps), steps  # 30 ms waiting + 10 ms computing
 

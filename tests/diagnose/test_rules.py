@@ -203,3 +203,12 @@ def test_no_straggler_among_steady_workers_or_after_it_recovered() -> None:
     recovered[5] = [(t, 1.8 if 1000 + 15 * 10 <= t <= 1000 + 15 * 20 else s) for t, s in recovered[5]]
     assert "Straggler" not in run(window(worker_step_seconds=recovered)), "an episode long over is history"
     assert "Straggler" not in run(window(worker_step_seconds=steps(2, slow=1, from_sample=40))), "two workers: no peers"
+
+
+def test_a_steadily_slower_worker_is_a_milder_finding_without_action() -> None:
+    steady = steps(8)
+    steady[3] = [(t, seconds * 1.3) for t, seconds in steady[3]]
+    finding, recommendation = run(window(worker_step_seconds=steady))["SlowWorker"]
+    assert (finding.worker, finding.confidence, recommendation) == (3, 0.3, None)
+    assert "Straggler" not in run(window(worker_step_seconds=steady))
+    assert "SlowWorker" not in run(window(worker_step_seconds=steps(8))), "within 10 % of the peers"

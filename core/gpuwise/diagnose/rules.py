@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuwise.api.trainingjob import ActionKind, Finding, Recommendation, Tunables
-from gpuwise.diagnose.straggler import detect_stragglers
+from gpuwise.diagnose.straggler import detect_stragglers, persistent_slow_workers
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
 
 
@@ -27,6 +27,7 @@ class DiagnosisThresholds:
     safe_memory_fraction: float = 0.85  # grow the batch up to this share of GPU memory
     idle_seconds: float = 600.0  # GPUs allocated but no step for this long
     tensor_activity: float = 0.1  # below this, tensor cores are not being used
+    persistent_slowdown: float = 1.1  # a worker steadily this much slower than its peers is worth a note
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def straggler(ctx: Context) -> Diagnosis | None:
     recent = 3 * ctx.window.sample_interval_seconds
     ongoing = [e for e in detect_stragglers(samples) if e.end >= latest - recent]
     if not ongoing:
-        return None
+        return slow_worker(ctx, samples)
     worst = max(ongoing, key=lambda e: e.peak_slowdown)
     finding = ctx.finding(
         "Straggler",
@@ -250,6 +251,26 @@ def straggler(ctx: Context) -> Diagnosis | None:
         expected_effect=f"up to {worst.peak_slowdown:.1f}x faster steps for the whole job",
     )
     return finding, recommendation
+
+
+def slow_worker(ctx: Context, samples: list[tuple[float, int, float]]) -> Diagnosis | None:
+    """A worker steadily slower than its peers (another GPU model, a busier node): milder, no action.
+
+    It has always been so, so there is no episode to react to; it still costs the whole job its
+    slowdown on every step, which is worth knowing when placing the next run.
+    """
+    slow = persistent_slow_workers(samples, min_slowdown=ctx.thresholds.persistent_slowdown)
+    if not slow:
+        return None
+    worker, slowdown = max(slow.items(), key=lambda item: item[1])
+    finding = ctx.finding(
+        "SlowWorker",
+        0.3,
+        f"Worker {worker} has been {slowdown:.2f}x slower than its peers for the whole window.",
+        worker=worker,
+        slowdown=slowdown,
+    )
+    return finding.model_copy(update={"worker": worker}), None
 
 
 RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
