@@ -13,8 +13,6 @@ import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Pods
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -54,8 +52,8 @@ def load_pods(path: Path, nodes: Nodes) -> Pods:
     rows = list(_rows(path, POD_COLUMNS))
     if not rows:
         raise TraceError(f"{path}: no pods (the file has a header but no rows)")
-    specs: dict[str, int] = {}
-    columns: dict[str, list[int]] = {name: [] for name in (*POD_COLUMNS[1:], "spec")}
+    columns: dict[str, list[int]] = {name: [] for name in POD_COLUMNS[1:]}
+    accepted: list[list[str]] = []
     for line, row in rows:
         num_gpu = _integer(path, line, row, "num_gpu")
         gpu_milli = _integer(path, line, row, "gpu_milli") if num_gpu else 0
@@ -66,22 +64,19 @@ def load_pods(path: Path, nodes: Nodes) -> Pods:
                 f"{path}:{line}: pod {row['name']!r} shares GPUs across {num_gpu} GPUs "
                 f"(gpu_milli={gpu_milli}); multi-GPU pods must use whole GPUs (gpu_milli={MILLI})"
             )
-        spec = _spec(path, line, row, nodes.models)
         columns["cpu_milli"].append(_integer(path, line, row, "cpu_milli"))
         columns["memory_mib"].append(_integer(path, line, row, "memory_mib"))
         columns["num_gpu"].append(num_gpu)
         columns["gpu_milli"].append(gpu_milli)
-        columns["spec"].append(specs.setdefault(spec, len(specs)))
-    allowed = np.array([_allowed(spec, nodes.models) for spec in specs], dtype=np.bool_)
-    arrays = {name: np.asarray(values, dtype=np.int64) for name, values in columns.items()}
-    return Pods(
-        names=tuple(row["name"] for _, row in rows),
-        cpu_milli=arrays["cpu_milli"],
-        memory_mib=arrays["memory_mib"],
-        num_gpu=arrays["num_gpu"],
-        gpu_milli=arrays["gpu_milli"],
-        spec=arrays["spec"],
-        allowed=allowed,
+        accepted.append(_accepted_models(path, line, row, nodes.models))
+    return Pods.build(
+        names=[row["name"] for _, row in rows],
+        cpu_milli=columns["cpu_milli"],
+        memory_mib=columns["memory_mib"],
+        num_gpu=columns["num_gpu"],
+        gpu_milli=columns["gpu_milli"],
+        gpu_models=accepted,
+        models=nodes.models,
     )
 
 
@@ -114,17 +109,12 @@ def _integer(path: Path, line: int, row: dict[str, str], column: str) -> int:
     return value
 
 
-def _spec(path: Path, line: int, row: dict[str, str], models: Sequence[str]) -> str:
-    wanted = [model for model in (row.get(GPU_SPEC_COLUMN) or "").split("|") if model.strip()]
+def _accepted_models(path: Path, line: int, row: dict[str, str], models: Sequence[str]) -> list[str]:
+    wanted = [model.strip() for model in (row.get(GPU_SPEC_COLUMN) or "").split("|") if model.strip()]
     unknown = sorted({model for model in wanted if model not in models})
     if unknown:
         raise TraceError(
             f"{path}:{line}: pod {row['name']!r} asks for GPU model(s) {', '.join(unknown)} that no node has; "
             f"known models: {', '.join(sorted(models))}"
         )
-    return "|".join(sorted(set(wanted)))
-
-
-def _allowed(spec: str, models: Sequence[str]) -> list[bool]:
-    wanted = set(spec.split("|")) if spec else set(models)
-    return [model in wanted for model in models]
+    return wanted

@@ -10,7 +10,7 @@ milli-cores, memory in MiB, GPU in milli-GPUs (1000 = one whole GPU).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +44,7 @@ class Nodes:
     @classmethod
     def build(
         cls,
+        *,
         names: Sequence[str],
         cpu_milli: Sequence[int],
         memory_mib: Sequence[int],
@@ -91,6 +92,38 @@ class Pods:
     gpu_milli: IntArray
     spec: IntArray
     allowed: BoolArray
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        names: Sequence[str],
+        cpu_milli: Sequence[int],
+        memory_mib: Sequence[int],
+        num_gpu: Sequence[int],
+        gpu_milli: Sequence[int],
+        gpu_models: Sequence[Collection[str]],
+        models: Sequence[str],
+    ) -> Pods:
+        """Pods from per-pod columns. ``gpu_models`` lists the models each pod accepts (empty:
+        any); ``models`` are the cluster's models, in :attr:`Nodes.models` order."""
+        specs: dict[frozenset[str], int] = {}
+        spec = []
+        for accepted in gpu_models:
+            unknown = sorted(set(accepted) - set(models))
+            if unknown:
+                raise ValueError(f"GPU model(s) {', '.join(unknown)} not in the cluster ({', '.join(models)})")
+            spec.append(specs.setdefault(frozenset(accepted), len(specs)))
+        allowed = np.array([[not accepted or m in accepted for m in models] for accepted in specs], dtype=np.bool_)
+        return cls(
+            names=tuple(names),
+            cpu_milli=np.asarray(cpu_milli, dtype=np.int64),
+            memory_mib=np.asarray(memory_mib, dtype=np.int64),
+            num_gpu=np.asarray(num_gpu, dtype=np.int64),
+            gpu_milli=np.asarray(gpu_milli, dtype=np.int64),
+            spec=np.asarray(spec, dtype=np.int64),
+            allowed=allowed.reshape(len(specs), len(models)),
+        )
 
     def __len__(self) -> int:
         return len(self.names)
