@@ -43,12 +43,13 @@ Fits = Callable[[IntArray, IntArray], BoolArray]
 @dataclass(frozen=True)
 class Screen:
     """Per node: the cheapest move found, as the number of pods to migrate (``NEVER`` if
-    none), the GPU milli they hold, which kind of move, and for a sharing pod the GPU it frees."""
+    none), the GPU milli they hold, which kind of move, and the GPUs it frees (shape
+    ``(nodes, num_gpu)``: the GPU a sharing pod gets, or the GPUs cleared for a whole-GPU pod)."""
 
     migrations: IntArray
     moved_milli: IntArray
     kind: IntArray
-    gpu: IntArray
+    gpus: IntArray
 
 
 class Repacker:
@@ -95,7 +96,7 @@ class Repacker:
         )
         fits_elsewhere = self._fits_somewhere()
         by_cpu = self._by_freeing_cpu(request, fits_elsewhere)
-        by_gpu, moved, gpu = (
+        by_gpu, moved, gpus = (
             self._by_freeing_a_gpu(request, fits_elsewhere)
             if request.shares_gpu
             else self._by_clearing_gpus(request, fits_elsewhere)
@@ -105,7 +106,7 @@ class Repacker:
             migrations=np.where(possible, np.minimum(by_cpu, by_gpu), NEVER),
             moved_milli=np.where(kind == FREE_CPU, 0, moved),
             kind=kind,
-            gpu=gpu,
+            gpus=gpus,
         )
 
     def _refresh(self) -> None:
@@ -166,7 +167,7 @@ class Repacker:
         rows = np.arange(len(gpu))
         migrations = per_gpu[rows, gpu]
         moved = totals[rows, gpu, np.minimum(migrations, self.max_migrations), 0]
-        return migrations, moved, gpu
+        return migrations, moved, gpu[:, None]
 
     def _by_clearing_gpus(self, request: PodRequest, fits_elsewhere: Fits) -> tuple[IntArray, IntArray, IntArray]:
         state, totals, count = self.state, self._gpu_totals, self._gpu_count
@@ -187,9 +188,12 @@ class Repacker:
         )
         possible = (cheapest < NEVER).all(axis=1) & room
         migrations = np.where(possible, (cheapest // (2 * MILLI)).sum(axis=1), NEVER)
-        return migrations, (cheapest % (2 * MILLI)).sum(axis=1), np.full(len(key), -1)
+        return migrations, (cheapest % (2 * MILLI)).sum(axis=1), chosen
 
-    def _victims(self, request: PodRequest, node: int, kind: int, gpu: int) -> list[int]:
+    def _victims(self, request: PodRequest, node: int, kind: int, gpus: list[int]) -> list[int]:
+        """The pods to move, as the screen planned: CPU-only pods, largest first, until the CPU
+        suffices; a sharing pod's GPU's smallest pods until it has room; or every pod on the
+        GPUs cleared for a whole-GPU pod."""
         state = self.state
         pods = sorted(state.pods_on_node[node])
         held = {pod_id: state.bindings[pod_id] for pod_id in pods}
@@ -198,28 +202,24 @@ class Repacker:
             ordered = sorted((p for p in pods if not held[p].request.num_gpu), key=lambda p: -held[p].request.cpu_milli)
             return _enough(ordered, [held[p].request.cpu_milli for p in ordered], short)
         if request.shares_gpu:
+            gpu = gpus[0]
             on_gpu = sorted((p for p in pods if gpu in held[p].placement.gpus), key=lambda p: held[p].request.gpu_milli)
             short = request.gpu_milli - int(state.gpu_free[node, gpu])
             return _enough(on_gpu, [held[p].request.gpu_milli for p in on_gpu], short)
-        load = {
-            g: (sum(g in held[p].placement.gpus for p in pods), MILLI - int(state.gpu_free[node, g]), g)
-            for g in range(int(state.nodes.gpus[node]))
-        }
-        cleared = sorted(load, key=load.__getitem__)[: request.num_gpu]
-        return [p for p in pods if set(held[p].placement.gpus) & set(cleared)]
+        return [p for p in pods if set(held[p].placement.gpus) & set(gpus)]
 
     def _try(self, pod_id: int, request: PodRequest, node: int, screen: Screen, rng: np.random.Generator) -> int | None:
         state = self.state
-        kind, gpu = int(screen.kind[node]), int(screen.gpu[node])
-        victims = self._victims(request, node, kind, gpu)
+        kind, gpus = int(screen.kind[node]), [int(g) for g in screen.gpus[node]]
+        victims = self._victims(request, node, kind, gpus)
         if not victims or len(victims) > self.max_migrations:
             return None
-        elsewhere = np.arange(len(state.nodes)) != node
-        if not all((fits(state, state.bindings[victim].request) & elsewhere).any() for victim in victims):
+        # Each victim must fit in the space that is free now (its own does not count).
+        if not all(fits(state, state.bindings[victim].request).any() for victim in victims):
             return None
         evicted = [(victim, state.unbind(victim)) for victim in victims]
         try:
-            state.bind(pod_id, request, self._target(request, node, kind, gpu))
+            state.bind(pod_id, request, self._target(request, node, kind, gpus))
         except PlacementError:
             self._restore(evicted, [])
             return None
@@ -234,11 +234,11 @@ class Repacker:
             moved.append(victim)
         return len(moved)
 
-    def _target(self, request: PodRequest, node: int, kind: int, gpu: int) -> Placement:
+    def _target(self, request: PodRequest, node: int, kind: int, gpus: list[int]) -> Placement:
+        if kind == FREE_GPU:
+            return Placement(node, tuple(gpus))
         if not request.shares_gpu:
             return placement(self.state, request, node)
-        if kind == FREE_GPU:
-            return Placement(node, (gpu,))
         free = self.state.gpu_free[node]
         room = np.where(free >= request.gpu_milli, free, NEVER)
         return Placement(node, (int(room.argmin()),))
