@@ -48,13 +48,15 @@ class Curve:
         return result
 
     def _at(self, values: FloatArray | IntArray, arrived_percent: float) -> float:
-        arrived = np.round(100.0 * self.arrived / self.capacity)
-        near = arrived == arrived_percent
-        if not near.any():
-            near = np.abs(arrived - arrived_percent) <= 1
-        if not near.any():
-            raise ValueError(f"the replay never got near {arrived_percent:g} % arrived")
-        return float(100.0 * values[near].mean() / self.capacity)
+        """Mean of ``values`` over the events whose arrived % rounds to ``arrived_percent`` (the
+        reference analysis); on a cluster too small for that bucket to hold an event, the value
+        after the last event that had not yet passed ``arrived_percent``."""
+        arrived = 100.0 * self.arrived / self.capacity
+        near = np.round(arrived) == arrived_percent
+        if near.any():
+            return float(100.0 * values[near].mean() / self.capacity)
+        before = np.flatnonzero(arrived <= arrived_percent)
+        return float(100.0 * values[before[-1]] / self.capacity) if len(before) else 0.0
 
 
 @dataclass(frozen=True)
