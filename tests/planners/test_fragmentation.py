@@ -14,6 +14,7 @@ from gpuwise.decide.packing.fragmentation import (
     FragmentationMeasure,
     NextPodFragmentation,
     TargetWorkload,
+    TwoHorizonFragmentation,
 )
 from gpuwise.decide.packing.policies import Context, RandomPolicy
 from gpuwise.decide.packing.state import ABSENT_GPU, ClusterState
@@ -79,7 +80,15 @@ def fill_waste(w: TargetWorkload, free: list[int], cpu: int, model: int) -> floa
     return total
 
 
-REFERENCES = {NextPodFragmentation: next_pod_waste, FillFragmentation: fill_waste}
+def two_horizon_waste(w: TargetWorkload, free: list[int], cpu: int, model: int) -> float:
+    return (next_pod_waste(w, free, cpu, model) + fill_waste(w, free, cpu, model)) / 2
+
+
+REFERENCES = {
+    NextPodFragmentation: next_pod_waste,
+    FillFragmentation: fill_waste,
+    TwoHorizonFragmentation: two_horizon_waste,
+}
 
 
 @settings(max_examples=150, deadline=None)
