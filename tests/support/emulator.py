@@ -9,12 +9,21 @@ also does things the operator counts on. Rather than weaken the operator, this s
   resource never changes status;
 - label selectors on list and watch (`a=b`, `a!=b`, `a`, `!a`, comma-joined);
 - garbage collection: deleting an owner deletes its dependents (ownerReferences by uid),
-  as the controller manager's garbage collector does in the background.
+  as the controller manager's garbage collector does in the background;
+- equality field selectors on list and watch (`spec.nodeName=n1,status.phase!=Succeeded`);
+- Nodes, PodDisruptionBudgets and the pods' `eviction` subresource (policy/v1 Eviction): a pod
+  covered by a PodDisruptionBudget is deleted only if the budget allows a disruption, otherwise
+  the answer is the API server's 429 with a `DisruptionBudget` cause; more than one budget for a
+  pod is the API server's 500; terminal and pending pods are evicted without asking the budget.
 
 What it still does not do: schema validation and defaulting (tests validate manifests against
 the generated CRD separately), admission webhooks, strategic-merge semantics (patches merge
-dicts and replace lists), field selectors, and any controller (no Job creates pods by itself;
-tests play the Job controller and kubelet by writing pods and status).
+dicts and replace lists), and any controller (no Job creates pods by itself; tests play the Job
+controller and kubelet by writing pods and status). Evictions are simpler than a real server's:
+there is no disruption controller, so a budget's allowance is computed at each eviction from
+the matching pods that exist now, against `status.expectedPods` where a test writes it as the
+controller would (the owners' scale), else against the matching pods; and an evicted pod is
+gone at once, without a grace period.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import copy
 import datetime
 import itertools
 import json
+import math
 import os
 import pathlib
 import tempfile
@@ -43,6 +53,13 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "v1/namespaces": {"kind": "Namespace", "namespaced": False},
     "v1/events": {"kind": "Event", "namespaced": True},
     "v1/pods": {"kind": "Pod", "namespaced": True, "subresources": {"status", "eviction"}},
+    "v1/nodes": {"kind": "Node", "namespaced": False, "subresources": {"status"}},
+    "policy/v1/poddisruptionbudgets": {
+        "kind": "PodDisruptionBudget",
+        "namespaced": True,
+        "shortnames": {"pdb"},
+        "subresources": {"status"},
+    },
     "v1/services": {"kind": "Service", "namespaced": True, "subresources": {"status"}},
     "batch/v1/jobs": {"kind": "Job", "namespaced": True, "subresources": {"status"}},
     "apiextensions.k8s.io/v1/customresourcedefinitions": {
@@ -88,6 +105,91 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+def _field(obj: dict[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def fields_match(selector: str, obj: dict[str, Any]) -> bool:
+    """Whether an object satisfies an equality-based field selector (`spec.nodeName=n1`)."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            path, value = term.split("!=", 1)
+            if _field(obj, path) == value:
+                return False
+        else:
+            path, value = term.replace("==", "=").split("=", 1)
+            if _field(obj, path) != value:
+                return False
+    return True
+
+
+def label_selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether labels satisfy a LabelSelector object (matchLabels and matchExpressions)."""
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        present = key in labels
+        if not {
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels.get(key) not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }[operator]:
+            return False
+    return True
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return status.get("phase") == "Running" and conditions.get("Ready") == "True"
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """An IntOrString budget value against `total` pods: percentages round up, as the API server's."""
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(int(value[:-1]) * total / 100)
+    return int(value)
+
+
+def disruptions_allowed(budget: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """(disruptions allowed, healthy pods needed, healthy pods now) of a budget over its pods."""
+    spec = budget.get("spec") or {}
+    healthy = sum(1 for pod in pods if _ready(pod))
+    # The disruption controller writes expectedPods from the owners' scale; without it, the pods now.
+    expected = int((budget.get("status") or {}).get("expectedPods", len(pods)))
+    if spec.get("maxUnavailable") is not None:
+        needed = expected - _scaled(spec["maxUnavailable"], expected)
+    else:
+        needed = _scaled(spec.get("minAvailable", 1), expected)
+    return max(0, healthy - needed), needed, healthy
+
+
+class _Refusal(Exception):
+    """An API error answered as a Status, the way the API server words it."""
+
+    def __init__(self, code: int, reason: str, message: str, causes: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.causes = code, reason, message, causes or []
+
+    def response(self) -> aiohttp.web.StreamResponse:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": {"causes": self.causes},
+            "code": self.code,
+        }
+        return aiohttp.web.json_response(body, status=self.code)
+
+
 @attrs.define(kw_only=True)
 class Emulator(kmock.KubernetesEmulator):
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
@@ -109,6 +211,11 @@ class Emulator(kmock.KubernetesEmulator):
         return f"{group}{resource.version}/{resource.plural}"
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.subresource == "eviction" and request.method == enums.method.POST:
+            try:
+                return await self._evict(request)
+            except _Refusal as refusal:
+                return refusal.response()
         if request.resource is not None and isinstance(request.data, dict):
             if request.action == enums.action.CREATE:
                 self._stamp_new(request)
@@ -179,6 +286,66 @@ class Emulator(kmock.KubernetesEmulator):
                     obj.delete()
                     await self._buses[key[0]].put({"type": "DELETED", "object": raw})
 
+    def _live(self, key: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every live object of a resource ("v1/pods"), optionally in one namespace."""
+        return [
+            obj.raw
+            for (resource, ns, _), obj in self.objects.items()
+            if self._key(resource) == key and not obj.deleted and (namespace is None or ns == namespace)
+        ]
+
+    async def _evict(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        """The pods/eviction subresource: delete the pod unless its PodDisruptionBudget forbids it."""
+        assert request.resource is not None and request.name is not None
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                raise _Refusal(404, "NotFound", f'pods "{request.name}" not found')
+            pod = self.objects[key].raw
+            exempt = (pod.get("status") or {}).get("phase") in {"Succeeded", "Failed", "Pending"}
+            labels = pod.get("metadata", {}).get("labels") or {}
+            budgets = [
+                budget
+                for budget in self._live("policy/v1/poddisruptionbudgets", request.namespace)
+                if label_selector_matches((budget.get("spec") or {}).get("selector") or {}, labels)
+            ]
+            if len(budgets) > 1 and not exempt:
+                raise _Refusal(
+                    500,
+                    "InternalError",
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                )
+            if budgets and not exempt:
+                budget = budgets[0]
+                selector = (budget.get("spec") or {}).get("selector") or {}
+                covered = [
+                    p
+                    for p in self._live("v1/pods", request.namespace)
+                    if label_selector_matches(selector, p.get("metadata", {}).get("labels") or {})
+                ]
+                allowed, needed, healthy = disruptions_allowed(budget, covered)
+                # An unready pod may go whenever the budget is met: its eviction costs no healthy pod.
+                if allowed < 1 and (_ready(pod) or healthy < needed):
+                    name = budget["metadata"]["name"]
+                    raise _Refusal(
+                        429,
+                        "TooManyRequests",
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                        [
+                            {
+                                "reason": "DisruptionBudget",
+                                "message": f"The disruption budget {name} needs {needed} healthy pods "
+                                f"and has {healthy} currently",
+                            }
+                        ],
+                    )
+            raw = self.objects[key].raw
+            self.objects[key].delete()
+            await self._buses[request.resource].put({"type": "DELETED", "object": raw})
+        await self._collect_garbage()
+        body = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success", "code": 201}
+        return aiohttp.web.json_response(body, status=201)
+
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
         payload = await super()._serve_list(request)
         info = RESOURCES.get(self._key(request.resource))
@@ -187,22 +354,23 @@ class Emulator(kmock.KubernetesEmulator):
             payload["kind"] = f"{info['kind']}List"
             payload["apiVersion"] = f"{group}{request.resource.version if request.resource else 'v1'}"
             payload["metadata"] = {"resourceVersion": str(next(self._versions))}
-        selector = request.params.get("labelSelector")
-        if selector and isinstance(payload, dict):
-            payload["items"] = [
-                item
-                for item in payload["items"]
-                if selector_matches(selector, item.get("metadata", {}).get("labels") or {})
-            ]
+        if isinstance(payload, dict):
+            payload["items"] = [item for item in payload["items"] if self._selected(request, item)]
         return payload
 
+    @staticmethod
+    def _selected(request: rendering.Request, obj: dict[str, Any]) -> bool:
+        """Whether an object passes the request's label and field selectors."""
+        labels = request.params.get("labelSelector")
+        fields = request.params.get("fieldSelector")
+        return (not labels or selector_matches(labels, obj.get("metadata", {}).get("labels") or {})) and (
+            not fields or fields_match(fields, obj)
+        )
+
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
-        selector = request.params.get("labelSelector")
         async for event in super()._serve_watch(request):
-            if selector and isinstance(event, dict):
-                labels = event.get("object", {}).get("metadata", {}).get("labels") or {}
-                if not selector_matches(selector, labels):
-                    continue
+            if isinstance(event, dict) and not self._selected(request, event.get("object", {})):
+                continue
             yield event
 
 

@@ -79,6 +79,30 @@ class Kube:
         resource = await self._resource(api_version, kind)
         return await self._call(resource.get, NotFoundError, name=name, namespace=namespace)
 
+    async def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[JsonDict]:
+        """The objects of a kind (every namespace when `namespace` is None), filtered by selectors."""
+        resource = await self._resource(api_version, kind)
+        selectors = {"label_selector": label_selector, "field_selector": field_selector}
+        found = await self._call(resource.get, None, namespace=namespace, **{k: v for k, v in selectors.items() if v})
+        return list((found or {}).get("items") or [])
+
+    async def evict(self, namespace: str, name: str) -> None:
+        """Ask the API server to evict a pod (policy/v1 Eviction), which honours its disruption budget.
+
+        ApiError 429 means a PodDisruptionBudget forbids it now; 404 that the pod is gone.
+        """
+        resource = await self._resource("v1", "Pod")
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        await self._call(resource.eviction.create, body=body, name=name, namespace=namespace)
+
     async def patch(
         self, api_version: str, kind: str, namespace: str, name: str, body: JsonDict, *, status: bool = False
     ) -> JsonDict | None:

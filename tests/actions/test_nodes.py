@@ -1,0 +1,162 @@
+"""Cordon, evict and wait for idle GPUs against the emulator over HTTP, through the operator's Kube."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from gpuwise.act.nodes import (
+    ANNOTATION_CORDONED_BY,
+    Cordon,
+    NodeError,
+    cordon,
+    drain_gpus,
+    evict_gpu_pods,
+    gpu_resources,
+    uncordon,
+)
+from gpuwise.operator.kube import ApiError, Kube
+from tests.actions.support import budget, node, pod
+
+GPU = {"nvidia.com/gpu": 1}
+NOT_READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+
+
+async def names(kube: Kube, node_name: str | None = None) -> set[str]:
+    selector = f"spec.nodeName={node_name}" if node_name else None
+    return {p["metadata"]["name"] for p in await kube.list("v1", "Pod", field_selector=selector)}
+
+
+# --- cordon ---------------------------------------------------------------------------------
+
+
+async def test_cordon_remembers_the_holder_and_only_the_holder_uncordons(kube: Kube) -> None:
+    await kube.create(node("gpu-1"))
+    assert await cordon(kube, "gpu-1", "tj-a-1") is Cordon.OURS
+    assert await cordon(kube, "gpu-1", "tj-a-1") is Cordon.OURS  # a resumed action repeats it harmlessly
+    stored = await kube.get("v1", "Node", "", "gpu-1")
+    assert stored is not None and stored["spec"]["unschedulable"] is True
+    assert stored["metadata"]["annotations"][ANNOTATION_CORDONED_BY] == "tj-a-1"
+
+    with pytest.raises(NodeError, match="cordoned by another gpuwise action"):
+        await cordon(kube, "gpu-1", "tj-b-1")
+    assert await uncordon(kube, "gpu-1", "tj-b-1") is False
+    assert await uncordon(kube, "gpu-1", "tj-a-1") is True
+    stored = await kube.get("v1", "Node", "", "gpu-1")
+    assert stored is not None and not stored["spec"].get("unschedulable")
+    assert ANNOTATION_CORDONED_BY not in (stored["metadata"].get("annotations") or {})
+
+
+async def test_a_node_someone_else_cordoned_stays_cordoned(kube: Kube) -> None:
+    await kube.create(node("gpu-1", unschedulable=True))
+    assert await cordon(kube, "gpu-1", "tj-a-1") is Cordon.SOMEONE_ELSES
+    assert await uncordon(kube, "gpu-1", "tj-a-1") is False
+    stored = await kube.get("v1", "Node", "", "gpu-1")
+    assert stored is not None and stored["spec"]["unschedulable"] is True
+
+
+async def test_a_missing_node_is_an_error_that_names_it(kube: Kube) -> None:
+    with pytest.raises(NodeError, match="node gpu-9 does not exist"):
+        await cordon(kube, "gpu-9", "tj-a-1")
+
+
+# --- evict ----------------------------------------------------------------------------------
+
+
+def test_gpu_resources_are_whole_gpus_and_mig_slices() -> None:
+    body = pod("p", "n", gpus={"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1, "cpu": 4})
+    assert gpu_resources(body) == {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1}
+    assert gpu_resources(pod("p", "n")) == {}
+
+
+async def test_eviction_takes_only_the_gpu_pods_of_the_node(kube: Kube) -> None:
+    await kube.create(pod("train", "gpu-1", gpus=GPU))
+    await kube.create(pod("slice", "gpu-1", gpus={"nvidia.com/mig-1g.10gb": 1}, namespace="team-b"))
+    await kube.create(pod("logger", "gpu-1"))  # no GPU: stays
+    await kube.create(pod("done", "gpu-1", gpus=GPU, status={"phase": "Succeeded"}))  # holds nothing
+    await kube.create(pod("elsewhere", "gpu-2", gpus=GPU))
+
+    drain = await evict_gpu_pods(kube, "gpu-1")
+
+    assert drain.idle and sorted(drain.evicted) == ["default/train", "team-b/slice"]
+    assert await names(kube) == {"logger", "done", "elsewhere"}
+
+
+async def test_a_disruption_budget_blocks_eviction_until_it_allows_one(kube: Kube) -> None:
+    await kube.create(budget("serving", {"matchLabels": {"app": "serve"}}, minAvailable=2))
+    await kube.create(pod("serve-a", "gpu-1", gpus=GPU, labels={"app": "serve"}))
+    await kube.create(pod("serve-b", "gpu-2", gpus=GPU, labels={"app": "serve"}))
+
+    started = time.monotonic()
+    drain = await drain_gpus(kube, "gpu-1", timeout=0.6, interval=0.2)
+
+    assert 0.6 <= time.monotonic() - started < 5
+    assert not drain.idle and drain.left == ("default/serve-a",)
+    assert drain.blocked == {
+        "default/serve-a": "The disruption budget serving needs 2 healthy pods and has 2 currently"
+    }
+    assert "default/serve-a is blocked: The disruption budget serving" in drain.explain()
+    # A third replica makes room for one disruption: the retry goes through.
+    await kube.create(pod("serve-c", "gpu-3", gpus=GPU, labels={"app": "serve"}))
+    drain = await drain_gpus(kube, "gpu-1", timeout=5, interval=0.2)
+    assert drain.idle and drain.evicted == ("default/serve-a",)
+
+
+@pytest.mark.parametrize(
+    ("spec", "evictable"),
+    [
+        ({"maxUnavailable": "50%"}, 1),  # of 2 pods: 1 may go
+        ({"maxUnavailable": 0}, 0),
+        ({"minAvailable": "50%"}, 1),
+    ],
+)
+async def test_the_emulator_reads_budgets_as_the_api_server_does(
+    kube: Kube, spec: dict[str, Any], evictable: int
+) -> None:
+    selector = {"matchExpressions": [{"key": "app", "operator": "In", "values": ["serve"]}]}
+    await kube.create(budget("serving", selector, **spec))
+    # What the disruption controller would write from the owner's scale (the emulator has none).
+    await kube.patch(
+        "policy/v1", "PodDisruptionBudget", "default", "serving", {"status": {"expectedPods": 2}}, status=True
+    )
+    for name in ("a", "b"):
+        await kube.create(pod(name, "gpu-1", gpus=GPU, labels={"app": "serve"}))
+    drain = await evict_gpu_pods(kube, "gpu-1")
+    assert len(drain.evicted) == evictable and len(drain.blocked) == 2 - evictable
+
+
+async def test_the_emulator_evicts_an_unready_pod_while_the_budget_holds(kube: Kube) -> None:
+    await kube.create(budget("serving", {"matchLabels": {"app": "serve"}}, minAvailable=1))
+    await kube.create(pod("broken", "gpu-1", gpus=GPU, labels={"app": "serve"}, status=NOT_READY))
+    await kube.create(pod("healthy", "gpu-2", gpus=GPU, labels={"app": "serve"}))
+    assert (await evict_gpu_pods(kube, "gpu-1")).evicted == ("default/broken",)
+    assert (await evict_gpu_pods(kube, "gpu-2")).blocked  # the last healthy one stays
+
+
+async def test_the_emulator_refuses_a_pod_under_two_budgets(kube: Kube) -> None:
+    for name in ("one", "two"):
+        await kube.create(budget(name, {"matchLabels": {"app": "serve"}}, maxUnavailable=1))
+    await kube.create(pod("serve", "gpu-1", gpus=GPU, labels={"app": "serve"}))
+    with pytest.raises(ApiError) as refused:
+        await kube.evict("default", "serve")
+    assert refused.value.status == 500 and "more than one PodDisruptionBudget" in refused.value.message
+
+
+async def test_do_not_disrupt_pods_are_never_evicted(kube: Kube) -> None:
+    await kube.create(pod("precious", "gpu-1", gpus=GPU, do_not_disrupt=True))
+    await kube.create(pod("other", "gpu-1", gpus=GPU))
+    started = time.monotonic()
+    drain = await drain_gpus(kube, "gpu-1", timeout=30, interval=0.2)
+    assert time.monotonic() - started < 5  # no point waiting: it will never go
+    assert drain.protected == ("default/precious",) and drain.left == ("default/precious",)
+    assert "annotated gpuwise.io/do-not-disrupt" in drain.explain()
+    assert await names(kube, "gpu-1") == {"precious"}
+
+
+async def test_spared_pods_stay_for_the_caller_to_stop(kube: Kube) -> None:
+    await kube.create(pod("job-0", "gpu-1", gpus=GPU))
+    await kube.create(pod("other", "gpu-1", gpus=GPU))
+    drain = await evict_gpu_pods(kube, "gpu-1", spare=frozenset({"default/job-0"}))
+    assert drain.evicted == ("default/other",) and drain.left == ("default/job-0",) and not drain.idle
