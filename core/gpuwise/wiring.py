@@ -38,6 +38,8 @@ ENV_SAMPLE_INTERVAL: Final = "GPUWISE_SAMPLE_INTERVAL_SECONDS"
 # Set on the trainer: where to send step events, and whether sitecustomize instruments torch.
 ENV_SOCKET: Final = "GPUWISE_SOCKET"
 ENV_INSTRUMENT: Final = "GPUWISE_INSTRUMENT"  # "auto" | "manual" | "disabled"
+# Set on the trainer: the downward-API file that holds the pending checkpoint request id (or nothing).
+ENV_CHECKPOINT_REQUEST_FILE: Final = "GPUWISE_CHECKPOINT_REQUEST_FILE"
 
 # --- labels and annotations -----------------------------------------------------------------
 LABEL_TRAININGJOB: Final = f"{API_GROUP}/trainingjob"
@@ -45,6 +47,8 @@ LABEL_INJECT: Final = f"{API_GROUP}/inject"  # "true" on any pod asks the webhoo
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 ANNOTATION_INJECTED: Final = f"{API_GROUP}/sidecar-injected"
 ANNOTATION_DO_NOT_DISRUPT: Final = f"{API_GROUP}/do-not-disrupt"
+# On worker pods: the id of the action that asks the trainer to checkpoint (the handshake's request).
+ANNOTATION_CHECKPOINT_REQUEST: Final = f"{API_GROUP}/checkpoint-request"
 JOB_COMPLETION_INDEX_ANNOTATION: Final = "batch.kubernetes.io/job-completion-index"
 
 # --- torchrun rendezvous --------------------------------------------------------------------

@@ -34,6 +34,7 @@ from gpuwise.api.core import (
     Toleration,
     VolumeList,
 )
+from gpuwise.api.overrides import JobOverrides
 from gpuwise.wiring import API_GROUP
 
 VERSION: Final = "v1alpha1"
@@ -255,15 +256,63 @@ class Recommendation(ApiModel):
     expected_effect: str | None = None
 
 
+class ActionState(StrEnum):
+    """Where an action is: see gpuwise.act.machine for what each state waits for."""
+
+    PLANNED = "Planned"
+    WAITING_FOR_CHECKPOINT = "WaitingForCheckpoint"
+    APPLYING = "Applying"
+    VERIFYING = "Verifying"
+    DONE = "Done"
+    FAILED = "Failed"
+    ROLLED_BACK = "RolledBack"
+    DRY_RUN = "DryRun"  # what would have happened, recorded while the operator runs in dry-run
+
+
+FINAL_ACTION_STATES: Final = frozenset(
+    {ActionState.DONE, ActionState.FAILED, ActionState.ROLLED_BACK, ActionState.DRY_RUN}
+)
+MAX_ACTION_HISTORY: Final = 16
+MAX_ACTION_RECORDS: Final = 20
+
+
+class ActionTransition(ApiModel):
+    state: ActionState
+    reason: str = Field(pattern=REASON_PATTERN)
+    message: str = ""
+    at: datetime
+
+
+class Measurement(ApiModel):
+    """Throughput and utilization of the job over a window, as Prometheus saw them (absent: unmeasured)."""
+
+    samples_per_second: float | None = Field(default=None, ge=0)
+    gpu_utilization: float | None = Field(default=None, ge=0, le=100)
+    at: datetime
+
+
 class ActionRecord(ApiModel):
-    id: str
+    """One action on the job: its plan, where it is, and how it got there."""
+
+    id: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     action: ActionKind
-    state: str = Field(pattern=REASON_PATTERN)
+    finding: str | None = Field(default=None, pattern=REASON_PATTERN)
+    state: ActionState
     reason: str = Field(pattern=REASON_PATTERN)
     message: str = ""
     started_at: datetime
     updated_at: datetime
+    changes: dict[str, str] = Field(default_factory=dict, description="The recommendation's changes, as applied.")
+    restart: bool = Field(default=False, description="Whether the action restarts the job from a checkpoint.")
+    overrides_before: JobOverrides | None = None
+    overrides_target: JobOverrides | None = None
+    reverting: bool = Field(default=False, description="Going back to overridesBefore (it made things worse).")
+    checkpoint_requested_at: datetime | None = None
+    checkpoint_acknowledged_at: datetime | None = None
+    baseline: Measurement | None = None
+    result: Measurement | None = None
     details: dict[str, str] = Field(default_factory=dict)
+    history: Annotated[list[ActionTransition], Field(max_length=MAX_ACTION_HISTORY)] = Field(default_factory=list)
 
 
 class TrainingJobStatus(ApiModel):
@@ -277,7 +326,9 @@ class TrainingJobStatus(ApiModel):
     efficiency: EfficiencySummary | None = None
     findings: list[Finding] = Field(default_factory=list)
     recommendations: list[Recommendation] = Field(default_factory=list)
-    actions: list[ActionRecord] = Field(default_factory=list)
+    actions: Annotated[list[ActionRecord], Field(max_length=MAX_ACTION_RECORDS)] = Field(
+        default_factory=list, description="gpuwise's actions on this job, oldest first (the newest are kept)."
+    )
 
 
 class TrainingJob(ApiModel):

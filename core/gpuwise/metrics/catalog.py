@@ -260,6 +260,16 @@ EVENTS_DROPPED: Final = Metric(
     ("reason",),
 )
 
+CHECKPOINT_ACK: Final = Metric(
+    "gpuwise_checkpoint_ack_timestamp_seconds",
+    _G,
+    "seconds",
+    "Unix time at which the training process acknowledged gpuwise's checkpoint request request_id "
+    "(the last few requests are kept).",
+    Scope.SIDECAR,
+    ("request_id",),
+)
+
 # --- the operator's view of each running TrainingJob (its /metrics, from the evaluation) ---------
 # Published every evaluation cycle from what the job's status gets; a series exists only while
 # what it stands for holds, and all of a job's series go when it stops running or is deleted.

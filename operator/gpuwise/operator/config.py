@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
+from gpuwise.act.settings import ActionSettings
 from gpuwise.api.base import ApiModel
 from gpuwise.api.core import PullPolicy, ResourceRequirements
 
@@ -38,6 +39,9 @@ class OperatorSettings(ApiModel):
     evaluation_seconds: float = Field(default=30.0, gt=0, description="How often every running job is diagnosed.")
     query_step_seconds: float = Field(
         default=15.0, ge=1, description="Resolution of the range queries: set it to Prometheus' scrape interval."
+    )
+    actions: ActionSettings = Field(
+        default_factory=ActionSettings, description="Guardrails of Enforce mode: budgets, cooldowns, dry run."
     )
 
 

@@ -19,6 +19,8 @@ from typing import Any, Final, cast
 import kopf
 from pydantic import ValidationError
 
+from gpuwise.act import overrides as job_overrides
+from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import KIND, TrainingJobSpec
 from gpuwise.operator import status as observed
 from gpuwise.operator import workload
@@ -116,14 +118,26 @@ def check_running_job(job: JsonDict, owner: JsonDict, spec: TrainingJobSpec) -> 
 # --- making the objects ---------------------------------------------------------------------
 
 
+def read_overrides(owner: JsonDict) -> tuple[JobOverrides, observed.SpecProblem | None]:
+    """What gpuwise's actions changed on this job; a hand-edited, unreadable annotation is a problem."""
+    try:
+        return job_overrides.wanted(owner), None
+    except job_overrides.OverridesError as exc:
+        return job_overrides.NONE, observed.SpecProblem("InvalidOverrides", str(exc))
+
+
 async def ensure_workload(
-    owner: JsonDict, spec: TrainingJobSpec, ctx: Context
+    owner: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, ctx: Context
 ) -> tuple[JsonDict | None, observed.SpecProblem | None]:
-    """Create the Service and the Job if missing; return the Job that exists now."""
+    """Create the Service and the Job if missing; return the Job that exists now.
+
+    A missing Job is rendered with the current overrides: after an action deleted the Job to
+    restart it (gpuwise.act), this is what starts the new one.
+    """
     namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
     try:
         await ctx.kube.create(workload.render_service(owner))
-        created = await ctx.kube.create(workload.render_job(owner, spec, ctx.settings.sidecar))
+        created = await ctx.kube.create(workload.render_job(owner, spec, ctx.settings.sidecar, overrides))
         if created is not None:
             kopf.info(
                 as_body(owner),
@@ -141,8 +155,10 @@ async def ensure_workload(
     return existing, check_running_job(existing, owner, spec)
 
 
-async def follow_mutable_fields(job: JsonDict, spec: TrainingJobSpec, ctx: Context) -> None:
-    wanted = workload.mutable_job_fields(spec)
+async def follow_mutable_fields(job: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, ctx: Context) -> None:
+    if job["metadata"].get("deletionTimestamp"):
+        return  # an action is replacing it
+    wanted = workload.mutable_job_fields(spec, overrides)
     current = {key: job.get("spec", {}).get(key) for key in wanted}
     if current != wanted:
         meta = job["metadata"]
@@ -161,13 +177,15 @@ async def reconcile(
     async with ctx.lock(namespace, name):
         spec, problem = parse_spec(owner)
         finished = (owner.get("status") or {}).get("phase") in TERMINAL_PHASES
+        overrides, overrides_problem = read_overrides(owner)
         if spec is not None:
-            if job is None and not finished:
-                job, problem = await ensure_workload(owner, spec, ctx)
+            if job is None and not finished and overrides_problem is None:
+                job, problem = await ensure_workload(owner, spec, overrides, ctx)
             elif job is not None:
                 problem = check_running_job(job, owner, spec)
                 if problem is None and not finished:
-                    await follow_mutable_fields(job, spec, ctx)
+                    await follow_mutable_fields(job, spec, overrides, ctx)
+            problem = problem or overrides_problem
         if job is None and finished:
             return  # the Job went away after the end (ttlSecondsAfterFinished): keep the final status
         await publish(owner=owner, job=job, pods=pods, spec=spec, problem=problem, ctx=ctx, logger=logger)

@@ -14,6 +14,8 @@ import json
 from typing import Any, Final
 
 from gpuwise import wiring
+from gpuwise.act import overrides as job_overrides
+from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import TrainingJobSpec
 from gpuwise.operator.config import SidecarSettings
 from gpuwise.operator.inject import JsonDict, inject_sidecar
@@ -129,21 +131,24 @@ def immutable_part(spec: TrainingJobSpec) -> JsonDict:
     return {section: rendered.get(section) for section in IMMUTABLE_SECTIONS}
 
 
-def render_job(owner: JsonDict, spec: TrainingJobSpec, sidecar: SidecarSettings) -> JsonDict:
+def render_job(
+    owner: JsonDict, spec: TrainingJobSpec, sidecar: SidecarSettings, overrides: JobOverrides = job_overrides.NONE
+) -> JsonDict:
+    """The Job for spec plus what gpuwise's actions changed (`overrides`, see gpuwise.act.overrides)."""
     name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
     template: JsonDict = {
         "metadata": {
             "labels": {**spec.pod.labels, **labels(name)},
             "annotations": dict(spec.pod.annotations),
         },
-        "spec": pod_spec(name, namespace, spec, sidecar),
+        "spec": job_overrides.render(pod_spec(name, namespace, spec, sidecar), TRAINER_CONTAINER, overrides),
     }
     run = spec.run_policy
     job_spec: JsonDict = {
         "completionMode": "Indexed",
         "completions": spec.trainer.num_nodes,
         "parallelism": spec.trainer.num_nodes,
-        "suspend": run.suspend,
+        "suspend": run.suspend or overrides.suspend,
         "template": template,
     }
     optional = {
@@ -160,7 +165,8 @@ def render_job(owner: JsonDict, spec: TrainingJobSpec, sidecar: SidecarSettings)
             "namespace": namespace,
             "labels": labels(name),
             "annotations": {
-                ANNOTATION_APPLIED_SPEC: json.dumps(immutable_part(spec), sort_keys=True, separators=(",", ":"))
+                ANNOTATION_APPLIED_SPEC: json.dumps(immutable_part(spec), sort_keys=True, separators=(",", ":")),
+                job_overrides.ANNOTATION_APPLIED_OVERRIDES: job_overrides.encode(overrides.placement()),
             },
             "ownerReferences": [owner_reference(owner)],
         },
@@ -190,7 +196,7 @@ def render_service(owner: JsonDict) -> JsonDict:
     }
 
 
-def mutable_job_fields(spec: TrainingJobSpec) -> JsonDict:
+def mutable_job_fields(spec: TrainingJobSpec, overrides: JobOverrides = job_overrides.NONE) -> JsonDict:
     """The parts of a running Job's spec that follow the TrainingJob after creation."""
     run = spec.run_policy
-    return {"suspend": run.suspend, "activeDeadlineSeconds": run.active_deadline_seconds}
+    return {"suspend": run.suspend or overrides.suspend, "activeDeadlineSeconds": run.active_deadline_seconds}

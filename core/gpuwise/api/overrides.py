@@ -1,0 +1,45 @@
+"""What gpuwise changed on a TrainingJob, on top of the spec the user wrote.
+
+`spec.trainer` and `spec.pod` are immutable (CEL) and spec is the user's, so an action never edits
+them. What an action changes instead lives in the TrainingJob's annotation `gpuwise.io/overrides`
+as this model (JSON, camelCase), and the operator renders the Job from spec plus overrides. The
+annotation is visible with `kubectl get tj -o yaml`, survives operator restarts, and deleting it
+(followed by a restart of the job) returns the job to exactly what its spec says.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from gpuwise.api.base import ApiModel, EnvVarName, Quantity
+
+ResourceName = Annotated[str, StringConstraints(pattern=r"^([a-z0-9.-]+/)?[a-zA-Z0-9._-]+$", max_length=253)]
+NodeName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+
+class JobOverrides(ApiModel):
+    """Changes gpuwise renders into the Job: each field wins over the spec's value."""
+
+    env: dict[EnvVarName, str] = Field(
+        default_factory=dict, description="Trainer environment variables (the job's declared tunables)."
+    )
+    avoid_nodes: list[NodeName] = Field(
+        default_factory=list, description="Nodes the workers must not run on (required node anti-affinity)."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels added to spec.pod.nodeSelector (e.g. another GPU class)."
+    )
+    resources: dict[ResourceName, Quantity] = Field(
+        default_factory=dict,
+        description="Trainer resources set in both requests and limits, e.g. nvidia.com/mig-3g.40gb: 1.",
+    )
+    remove_resources: list[ResourceName] = Field(
+        default_factory=list, description="Trainer resources dropped from requests and limits, e.g. nvidia.com/gpu."
+    )
+    suspend: bool = Field(default=False, description="Hold the Job suspended while an action prepares nodes for it.")
+
+    def placement(self) -> JobOverrides:
+        """The overrides a Job is rendered from, without `suspend` (which a running Job follows)."""
+        return self.model_copy(update={"suspend": False})

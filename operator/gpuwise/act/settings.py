@@ -1,0 +1,104 @@
+"""Operator-wide limits on actions: what a platform team sets once for the whole cluster.
+
+They are part of the operator settings (`actions:` in the config file, the chart's ConfigMap) and
+validated at start-up, so a malformed budget or cron schedule stops the operator with a message
+that names the key, instead of silently allowing (or forbidding) every action later.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from croniter import croniter
+from pydantic import Field, field_validator, model_validator
+
+from gpuwise.api.base import ApiModel, Duration
+
+# A budget counts jobs: "3", or a share of the running TrainingJobs it covers: "10%".
+BUDGET_PATTERN: Final = r"^([0-9]+|[0-9]{1,3}%)$"
+EVERY_NAMESPACE: Final = "*"
+
+
+class Budget(ApiModel):
+    """At most `jobs` TrainingJobs disrupted at once, like Karpenter's disruption budgets.
+
+    Without `namespace` it counts the whole cluster; `namespace: "*"` applies it to each namespace
+    on its own; a name applies it to that namespace only. With `schedule` (cron, UTC) and
+    `duration`, it holds only from each time the schedule fires until `duration` later, e.g.
+    `jobs: "0"`, `schedule: "0 9 * * 1-5"`, `duration: 8h` forbids actions in office hours.
+    """
+
+    jobs: str = Field(pattern=BUDGET_PATTERN, description='A count ("2") or a share of running jobs ("10%").')
+    namespace: str | None = Field(default=None, min_length=1)
+    schedule: str | None = Field(default=None, description="Cron expression (UTC) that opens the budget's window.")
+    duration: Duration | None = Field(default=None, description="How long the window stays open after it opens.")
+
+    @field_validator("jobs")
+    @classmethod
+    def _percentage(cls, value: str) -> str:
+        if value.endswith("%") and int(value[:-1]) > 100:
+            raise ValueError(f"{value!r}: a percentage must be at most 100%")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron expression (example: '0 9 * * 1-5')")
+        return value
+
+    @model_validator(mode="after")
+    def _window(self) -> Budget:
+        if (self.schedule is None) != (self.duration is None):
+            raise ValueError("schedule and duration go together: set both, or neither for an always-on budget")
+        return self
+
+    def allowed(self, running: int) -> int:
+        """How many of `running` jobs may be disrupted at once (a share rounds up, as Karpenter's does)."""
+        if self.jobs.endswith("%"):
+            return -(-running * int(self.jobs[:-1]) // 100)
+        return int(self.jobs)
+
+
+class GpuClass(ApiModel):
+    """A kind of GPU node a job can be moved to, from the largest class to the smallest."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    node_selector: dict[str, str] = Field(min_length=1)
+
+
+class ActionSettings(ApiModel):
+    dry_run: bool = Field(default=False, description="Record what would be done (state DryRun) and do nothing.")
+    cooldown: Duration = Field(default="30m", description="After an action on a job ends, wait this long.")
+    max_actions_per_job: int = Field(default=3, ge=0, le=10, description="Actions on one job, ever (dry runs aside).")
+    min_runtime: Duration = Field(default="10m", description="A job runs this long before its first action.")
+    budgets: list[Budget] = Field(
+        default_factory=lambda: [Budget(jobs="10%")], description="Most restrictive active budget wins."
+    )
+    verify_window: Duration = Field(
+        default="10m", description="After the new Job runs, measure this long before judging the change."
+    )
+    worse_tolerance: float = Field(
+        default=0.05, ge=0, lt=1, description="Revert when throughput falls by more than this fraction."
+    )
+    apply_timeout: Duration = Field(
+        default="30m", description="How long a restarted job may take to run again before the action fails."
+    )
+    gpu_classes: list[GpuClass] = Field(
+        default_factory=list, description="Node selectors of GPU classes, largest first, for Reschedule."
+    )
+
+    @field_validator("gpu_classes")
+    @classmethod
+    def _unique(cls, value: list[GpuClass]) -> list[GpuClass]:
+        names = [c.name for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"gpu class names must not repeat: {names}")
+        return value
+
+
+def budget_name(budget: Budget) -> str:
+    """How a budget is named in Events: its scope and share."""
+    scope = "cluster" if budget.namespace is None else f"namespace {budget.namespace}"
+    window = f" ({budget.schedule!r} for {budget.duration})" if budget.schedule else ""
+    return f"{scope} budget {budget.jobs}{window}"
