@@ -139,7 +139,7 @@ class Counting(prometheus.Prometheus):
         super().__init__(url, timeout)
         object.__setattr__(self, "requests", [])
 
-    def _get(self, path: str, params: Any) -> list[dict[str, Any]]:
+    def _get(self, path: str, params: Any) -> bytes:
         self.requests.append(params["query"])
         return super()._get(path, params)
 
@@ -211,7 +211,7 @@ def naive_sample(url: str, now: float, window: float, step: float, *, jobs: int,
     for _, ns, job, pod in chosen:
         ranged, instant = per_job_queries(ns, job, pod, f"{int(window)}s")
         for query in ranged.values():
-            [float(v) for s in client.range(query, now - window, now, step) for _, v in s["values"]]
+            [s.values() for s in client.range(query, now - window, now, step)]
         for query in instant.values():
             [s["value"][1] for s in client.instant(query, now)]
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

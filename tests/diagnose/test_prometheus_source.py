@@ -32,7 +32,7 @@ class Counting(source.Prometheus):
         super().__init__(url)
         object.__setattr__(self, "requests", [])
 
-    def _get(self, path: str, params: Any) -> list[dict[str, Any]]:
+    def _get(self, path: str, params: Any) -> bytes:
         self.requests.append(params["query"])
         return super()._get(path, params)
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from gpuwise.diagnose import matrix
 from gpuwise.diagnose.window import JobWindow
 from gpuwise.metrics import Metric, catalog
 from gpuwise.observability.promql import sel, with_trainingjob
@@ -99,24 +100,42 @@ class Prometheus:
     url: str
     timeout: float = 10.0
 
-    def _get(self, path: str, params: Mapping[str, str]) -> list[dict[str, Any]]:
+    def _get(self, path: str, params: Mapping[str, str]) -> bytes:
         address = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
         try:
             with urllib.request.urlopen(address, timeout=self.timeout) as response:
-                body = json.load(response)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+                body: bytes = response.read()
+        except (urllib.error.URLError, OSError) as exc:
             raise PrometheusError(f"{self.url}: {params.get('query')!r} failed: {exc}") from exc
-        if body.get("status") != "success":
-            raise PrometheusError(f"{self.url}: {params.get('query')!r}: {body.get('error', body)}")
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
+        return body
+
+    def _result(self, body: bytes, query: str) -> Any:
+        try:
+            answer = json.loads(body)
+        except ValueError as exc:
+            raise PrometheusError(f"{self.url}: {query!r} failed: {exc}") from exc
+        if answer.get("status") != "success":
+            raise PrometheusError(f"{self.url}: {query!r}: {answer.get('error', answer)}")
+        return answer["data"]["result"]
 
     def instant(self, query: str, at: float) -> list[dict[str, Any]]:
-        return self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
+        result: list[dict[str, Any]] = self._result(
+            self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"}), query
+        )
+        return result
 
-    def range(self, query: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    def range(self, query: str, start: float, end: float, step: float) -> list[matrix.RangeSeries]:
+        """The series of a range query, decoded lazily (see `gpuwise.diagnose.matrix`)."""
         params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        return self._get("/api/v1/query_range", params)
+        body = self._get("/api/v1/query_range", params)
+        try:
+            series = matrix.decode(body)
+        except matrix.MalformedAnswer as exc:
+            raise PrometheusError(f"{self.url}: {query!r}: {exc}") from exc
+        if series is None:
+            self._result(body, query)  # raises with Prometheus' own error
+            raise PrometheusError(f"{self.url}: {query!r}: the answer is not a range of series")
+        return series
 
 
 @dataclass(frozen=True)
@@ -127,8 +146,7 @@ class JobFacts:
     cpu_cores: float | None = None
 
 
-def _key(sample: Mapping[str, Any]) -> JobKey:
-    labels = sample["metric"]
+def _key(labels: Mapping[str, str]) -> JobKey:
     return labels.get("namespace", ""), labels.get("trainingjob", "")
 
 
@@ -192,21 +210,20 @@ def fetch(source: Prometheus, *, now: float, window_seconds: float, step_seconds
     window = f"{int(window_seconds)}s"
     series: dict[str, dict[JobKey, list[float]]] = {}
     for name, query in range_queries().items():
-        result = source.range(query, now - window_seconds, now, step_seconds)
-        series[name] = {_key(s): [float(v) for _, v in s["values"]] for s in result}
+        ranged = source.range(query, now - window_seconds, now, step_seconds)
+        series[name] = {_key(s.labels): s.values() for s in ranged}
     facts: dict[str, dict[JobKey, Any]] = {}
     for name, query in instant_queries(window).items():
         result = source.instant(query, now)
         if name == "gpu_model":
-            facts[name] = {_key(s): s["metric"].get("modelName") for s in result}
+            facts[name] = {_key(s["metric"]): s["metric"].get("modelName") for s in result}
         else:
-            facts[name] = {_key(s): float(s["value"][1]) for s in result}
+            facts[name] = {_key(s["metric"]): float(s["value"][1]) for s in result}
     worker_steps: dict[JobKey, dict[int, list[tuple[float, float]]]] = {}
-    for sample in source.range(worker_step_query(step_seconds), now - window_seconds, now, step_seconds):
-        worker = sample["metric"].get("worker", "")
+    for steps in source.range(worker_step_query(step_seconds), now - window_seconds, now, step_seconds):
+        worker = steps.labels.get("worker", "")
         if worker.isdigit():
-            points = [(float(t), float(v)) for t, v in sample["values"]]
-            worker_steps.setdefault(_key(sample), {})[int(worker)] = points
+            worker_steps.setdefault(_key(steps.labels), {})[int(worker)] = steps.timed()
     return Snapshot(now, window_seconds, step_seconds, series, facts, worker_steps)
 
 

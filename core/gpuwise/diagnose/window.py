@@ -83,5 +83,5 @@ def holds(
         return False
     if len(series) < sustain.min_coverage * window.expected_samples:
         return active  # too little data to change our mind either way
-    fraction = sum(1 for value in series if predicate(value)) / len(series)
+    fraction = sum(map(predicate, series)) / len(series)
     return fraction >= (sustain.release_fraction if active else sustain.hold_fraction)

@@ -1,0 +1,63 @@
+"""The range-answer decoder reads what `json.loads` reads, whatever the label values hold."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from gpuwise.diagnose import matrix
+
+NASTY = [
+    {"namespace": "ml", "trainingjob": "bert"},
+    {"namespace": 'a{"metric":{"x":"y"},"values":[[1,"2"]]}', "trainingjob": "]]"},
+    {"namespace": 'back\\slash "quoted" ,"values":[', "trainingjob": "ünïcødé ✓"},
+    {"namespace": "ml", "trainingjob": "gpt", "worker": "3"},
+]
+
+
+def answer(result: list[dict[str, Any]], **extra: Any) -> bytes:
+    """A body shaped as Prometheus writes it: compact JSON, status first."""
+    body = {"status": "success", "data": {"resultType": "matrix", "result": result}, **extra}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def series(labels: dict[str, str], values: list[str]) -> dict[str, Any]:
+    return {"metric": labels, "values": [[1_795_000_000 + 15 * i, v] for i, v in enumerate(values)]}
+
+
+def test_decodes_labels_and_points_as_json_does() -> None:
+    values = [["30", "31.5", "1e-05"], ["NaN", "+Inf", "-Inf"], ["0.25"], ["2", "3"]]
+    result = [series(labels, v) for labels, v in zip(NASTY, values, strict=True)]
+    body = answer(result, warnings=['x"]],"1"]', "second"])
+    decoded = matrix.decode(body)
+    assert decoded is not None
+    expected = json.loads(body)["data"]["result"]
+    assert [s.labels for s in decoded] == [s["metric"] for s in expected]
+    for got, want in zip(decoded, expected, strict=True):
+        timed = [(float(t), float(v)) for t, v in want["values"]]
+        assert repr(got.timed()) == repr(timed)  # repr: NaN equals NaN
+        assert repr(got.values()) == repr([v for _, v in timed])
+    assert math.isinf(decoded[1].values()[1])
+
+
+def test_fractional_timestamps_and_an_empty_result() -> None:
+    body = answer([{"metric": {}, "values": [[1_795_000_000.5, "1"], [1_795_000_001.25, "2"]]}])
+    (only,) = matrix.decode(body) or []
+    assert only.timed() == [(1_795_000_000.5, 1.0), (1_795_000_001.25, 2.0)]
+    assert matrix.decode(answer([])) == []
+
+
+def test_other_answers_are_left_to_json() -> None:
+    error = b'{"status":"error","errorType":"bad_data","error":"parse error"}'
+    assert matrix.decode(error) is None
+    vector = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+    assert matrix.decode(vector) is None
+
+
+def test_a_truncated_answer_is_refused() -> None:
+    body = answer([series(NASTY[0], ["1", "2"])])
+    with pytest.raises(matrix.MalformedAnswer, match="not a Prometheus matrix answer"):
+        matrix.decode(body[: body.index(b'"values"') + 5])
