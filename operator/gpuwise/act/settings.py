@@ -12,6 +12,7 @@ from typing import Final
 from croniter import croniter
 from pydantic import Field, field_validator, model_validator
 
+from gpuwise.act.node_settings import NodeActionSettings
 from gpuwise.api.base import ApiModel, Duration
 
 # A budget counts jobs: "3", or a share of the running TrainingJobs it covers: "10%".
@@ -86,6 +87,9 @@ class ActionSettings(ApiModel):
     )
     gpu_classes: list[GpuClass] = Field(
         default_factory=list, description="Node selectors of GPU classes, largest first, for Reschedule."
+    )
+    nodes: NodeActionSettings = Field(
+        default_factory=NodeActionSettings, description="MigRepartition and Pack: drains, MIG and time-slicing configs."
     )
 
     @field_validator("gpu_classes")

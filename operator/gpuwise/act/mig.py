@@ -1,0 +1,374 @@
+"""MigRepartition: move a job that uses a fraction of a GPU onto a MIG slice that fits it.
+
+gpuwise drives MIG the way the NVIDIA GPU Operator expects and owns nothing of it: it sets the node
+label `nvidia.com/mig.config=<config>` and MIG Manager applies that `mig-parted` config, reporting
+in `nvidia.com/mig.config.state` (`pending` → `rebooting`? → `success` | `failed`). gpuwise never
+runs nvidia-smi, and only acts on nodes a platform team opted in (`gpuwise.io/gpu-partitioning:
+mig`) whose MIG state is settled: a change it did not make is another owner's, and it waits.
+
+The steps, each recorded in the action's `details` before the next one so an operator restart
+resumes where it was without repeating one:
+
+1. choose a node and config (:func:`choose`): a node that already has free slices of the profile
+   needs no change at all; otherwise a config MIG Manager knows by name that offers them, on the
+   node that needs the fewest evictions and instance changes (geometries from the MIG planner);
+2. cordon the node and evict its GPU pods (MIG Manager recreates every instance of a GPU whose
+   config changes, and does not move pods itself), for at most `drainTimeout`;
+3. set the config label (removing the stale state label, so an old `success` is never mistaken
+   for the new one's), and follow the state to `success` within `mig.configTimeout`;
+4. uncordon. The runner then restarts the job requesting `nvidia.com/mig-<profile>`.
+
+On failure (`failed`, a wedged state, a blocked eviction) `undo` sets the previous config back,
+waits for it, and uncordons — if gpuwise cordoned the node. A rollback that fails too leaves the
+node cordoned, with a message saying so: a node whose GPUs are in an unknown state must not
+take new pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from gpuwise.act import nodes
+from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
+from gpuwise.act.settings import ActionSettings
+from gpuwise.api.base import parse_duration
+from gpuwise.api.overrides import JobOverrides
+from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
+from gpuwise.decide.mig import GpuState, MigInstance, NoGeometryError, plan_gpu
+from gpuwise.decide.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
+from gpuwise.operator.kube import Kube
+
+JsonDict = dict[str, Any]
+
+LABEL_PARTITIONING: Final = "gpuwise.io/gpu-partitioning"
+PARTITIONING_MIG: Final = "mig"
+LABEL_MIG_CONFIG: Final = "nvidia.com/mig.config"
+LABEL_MIG_STATE: Final = "nvidia.com/mig.config.state"
+LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
+LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
+CHANGE_PROFILE: Final = "migProfile"
+"""The recommendation's `changes` key naming the MIG profile a job fits, e.g. `3g.40gb`."""
+SETTLED: Final = "success"
+IN_FLIGHT: Final = frozenset({"pending", "rebooting"})
+MIG_DISABLED: Final = "all-disabled"
+
+
+# --- the configs MIG Manager knows ----------------------------------------------------------
+
+
+def known_configs(model: GpuModel, extra: Mapping[str, Mapping[str, int]]) -> dict[str, frozenset[MigInstance]]:
+    """Config name → the geometry it gives every GPU of `model`.
+
+    NVIDIA's default `mig-parted` ConfigMap defines `all-disabled` and `all-<profile>` (as many of
+    one profile as a GPU holds) for every model; `extra` are the platform's own. A config that does
+    not fit this model (another model's profiles) is left out. The MIG planner places the
+    instances, so every geometry here is a valid one.
+    """
+    wanted: dict[str, Mapping[str, int]] = {MIG_DISABLED: {}}
+    wanted |= {f"all-{p.name}": {p.name: p.max_count} for p in model.profiles}
+    wanted |= extra
+    configs: dict[str, frozenset[MigInstance]] = {}
+    for name, counts in wanted.items():
+        try:
+            configs[name] = frozenset(plan_gpu(GpuState(model.name), counts).instances)
+        except (UnknownProfileError, NoGeometryError):
+            continue
+    return configs
+
+
+# --- the nodes as MIG sees them -------------------------------------------------------------
+
+
+def _labels(node: Mapping[str, Any]) -> dict[str, str]:
+    return dict(node.get("metadata", {}).get("labels") or {})
+
+
+def mig_change_in_flight(node: Mapping[str, Any]) -> str | None:
+    """Why a node's MIG state is not settled (None when it is)."""
+    labels = _labels(node)
+    state = labels.get(LABEL_MIG_STATE)
+    if state in IN_FLIGHT or state == "failed":
+        return f"its MIG config {labels.get(LABEL_MIG_CONFIG)!r} is {state}"
+    return None
+
+
+def free_slices(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], resource: str) -> int:
+    """Instances of a MIG resource the node offers and no pod holds."""
+    allocatable = int((node.get("status") or {}).get("allocatable", {}).get(resource, 0))
+    used = sum(nodes.gpu_resources(dict(pod)).get(resource, 0) for pod in pods if nodes.holds_gpus(dict(pod)))
+    return allocatable - used
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where the job's slices come from: a node, the config it needs, and what changing it costs."""
+
+    node: str
+    config: str
+    previous: str
+    evictions: tuple[str, ...] = ()
+    instance_changes: int = 0
+
+    @property
+    def changes_config(self) -> bool:
+        return self.config != self.previous
+
+
+class NoMigNodeError(Exception):
+    """No node can offer the slices; `reasons` says why, node by node."""
+
+    def __init__(self, profile: str, count: int, reasons: Mapping[str, str]) -> None:
+        self.reasons = dict(reasons)
+        why = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items())) or "no nodes"
+        super().__init__(f"no node can offer {count} x {profile}: {why}")
+
+
+def choose(
+    all_nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    profile: str,
+    count: int,
+    *,
+    own_pods: frozenset[str] = frozenset(),
+    extra_configs: Mapping[str, Mapping[str, int]] | None = None,
+) -> Choice:
+    """The node and config that give `count` free `profile` slices with the least disruption.
+
+    A pure function of the nodes and their pods. `own_pods` ("namespace/name") are the job's own,
+    which the restart stops anyway. Raises :class:`NoMigNodeError` saying why each node is out.
+    """
+    reasons: dict[str, str] = {}
+    options: list[tuple[tuple[int, int, int, str], Choice]] = []
+    resource = f"nvidia.com/mig-{profile}"
+    for node in all_nodes:
+        name = node["metadata"]["name"]
+        labels = _labels(node)
+        on_node = [p for p in pods if (p.get("spec") or {}).get("nodeName") == name]
+        others = [p for p in on_node if nodes.pod_ref(dict(p)) not in own_pods]
+        if labels.get(LABEL_PARTITIONING) != PARTITIONING_MIG:
+            reasons[name] = f"not opted in (label {LABEL_PARTITIONING}={PARTITIONING_MIG})"
+            continue
+        if (node.get("spec") or {}).get("unschedulable"):
+            reasons[name] = "cordoned"
+            continue
+        in_flight = mig_change_in_flight(node)
+        if in_flight:
+            reasons[name] = f"{in_flight}: a MIG change gpuwise did not make is not settled"
+            continue
+        try:
+            model = gpu_model(labels.get(LABEL_GPU_PRODUCT, ""))
+            model.profile(profile)
+        except (UnknownGpuModelError, UnknownProfileError) as exc:
+            reasons[name] = str(exc)
+            continue
+        current = labels.get(LABEL_MIG_CONFIG, MIG_DISABLED)
+        if free_slices(node, others, resource) >= count:
+            options.append(((0, 0, 0, name), Choice(name, current, current)))
+            continue
+        gpus = int(labels.get(LABEL_GPU_COUNT, "0") or 0)
+        configs = known_configs(model, extra_configs or {})
+        fitting = {
+            config: geometry
+            for config, geometry in configs.items()
+            if gpus * sum(1 for i in geometry if i.profile == profile) >= count
+        }
+        if not fitting:
+            reasons[name] = f"no known MIG config offers {count} x {profile} on its {gpus} {model.name} GPU(s)"
+            continue
+        evict = tuple(sorted(nodes.pod_ref(dict(p)) for p in others if nodes.holds_gpus(dict(p))))
+        protected = sorted(
+            nodes.pod_ref(dict(p)) for p in others if nodes.holds_gpus(dict(p)) and nodes.do_not_disrupt(dict(p))
+        )
+        if protected:
+            reasons[name] = f"{', '.join(protected)} must not be disrupted"
+            continue
+        before = configs.get(current)
+        for config, geometry in fitting.items():
+            # Instances created plus destroyed on every GPU; an unknown current config counts as all new.
+            changes = gpus * (len(geometry ^ before) if before is not None else len(geometry) + 1)
+            options.append(
+                ((1, len(evict), changes, name + " " + config), Choice(name, config, current, evict, changes))
+            )
+    if not options:
+        raise NoMigNodeError(profile, count, reasons)
+    return min(options, key=lambda option: option[0])[1]
+
+
+# --- the action -----------------------------------------------------------------------------
+
+
+def _when(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _stamp(now: datetime) -> str:
+    return now.isoformat()
+
+
+def holder(job: JobView, record: ActionRecord) -> str:
+    """Who cordons: the job and the action, so a node shows which action holds it."""
+    return f"{job.namespace}.{job.name}.{record.id}"
+
+
+def target_overrides(current: JobOverrides, profile: str) -> JobOverrides:
+    """The job's overrides with its whole GPU swapped for one slice of `profile`."""
+    resource = f"nvidia.com/mig-{profile}"
+    resources = {k: v for k, v in current.resources.items() if not k.startswith(nodes.MIG_RESOURCE_PREFIX)}
+    removed = sorted({*current.remove_resources, nodes.GPU_RESOURCE} - {resource})
+    return current.model_copy(update={"resources": {**resources, resource: "1"}, "remove_resources": removed})
+
+
+async def _set_config(kube: Kube, node: str, config: str) -> None:
+    """Ask MIG Manager for `config`; the old state label goes so that only the new outcome is read."""
+    patch = {"metadata": {"labels": {LABEL_MIG_CONFIG: config, LABEL_MIG_STATE: None}}}
+    await kube.patch("v1", "Node", "", node, patch)
+
+
+class MigRepartition(Action):
+    kind = ActionKind.MIG_REPARTITION
+
+    def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
+        profile = recommendation.changes.get(CHANGE_PROFILE)
+        if not profile:
+            return Refusal("NoMigProfile", f"the recommendation names no MIG profile (changes.{CHANGE_PROFILE})")
+        trainer = job.spec.trainer
+        gpus = nodes.gpu_resources({"spec": {"containers": [{"resources": trainer.resources_per_node.to_k8s()}]}})
+        if trainer.num_proc_per_node != 1 or gpus.get(nodes.GPU_RESOURCE, 0) > 1:
+            return Refusal(
+                "NotOneGpuPerWorker",
+                "a MIG slice serves one process: only jobs with one process and at most one GPU per worker move to one",
+            )
+        target = target_overrides(job.overrides, profile)
+        workers = trainer.num_nodes
+        return Plan(
+            target=target,
+            message=f"Move each of the {workers} worker(s) from a whole GPU to a MIG slice {profile}.",
+            changes={CHANGE_PROFILE: profile},
+            details={"migProfile": profile, "workers": str(workers)},
+        )
+
+    async def prepare(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
+        details = record.details
+        settings = ctx.settings.nodes
+        if "node" not in details:
+            return await self._choose(job, record, ctx)
+        if details.get("migConfigDone") == "true" or details["migConfig"] == details["previousMigConfig"]:
+            return READY
+        name = details["node"]
+        node = await nodes.get_node(ctx.kube, name)
+        labels = _labels(node)
+        config = details["migConfig"]
+        if labels.get(LABEL_MIG_CONFIG) not in {config, details["previousMigConfig"]}:
+            raise ActionFailed(
+                "MigConfigChangedByOthers",
+                f"node {name}: {LABEL_MIG_CONFIG} became {labels.get(LABEL_MIG_CONFIG)!r}, set by someone else; "
+                "gpuwise does not fight another MIG owner",
+            )
+        progress: dict[str, str] = {}
+        if "cordon" not in details:
+            try:
+                progress["cordon"] = (await nodes.cordon(ctx.kube, name, holder(job, record))).value
+            except nodes.NodeError as exc:
+                raise ActionFailed("NodeBusy", str(exc)) from exc
+        if "migConfigSetAt" not in details:
+            started = _when(details.get("drainStartedAt")) or ctx.now
+            progress["drainStartedAt"] = _stamp(started)
+            drain = await nodes.evict_gpu_pods(ctx.kube, name)
+            if drain.protected:
+                raise ActionFailed("DoNotDisrupt", drain.explain())
+            if not drain.idle:
+                if (ctx.now - started).total_seconds() > parse_duration(settings.drain_timeout):
+                    raise ActionFailed("EvictionBlocked", f"{drain.explain()} (gave up after {settings.drain_timeout})")
+                return Progress(False, f"idling the GPUs: {drain.explain()}", progress)
+            in_flight = mig_change_in_flight(node)
+            if in_flight and labels.get(LABEL_MIG_CONFIG) != config:
+                raise ActionFailed("MigChangeInFlight", f"node {name}: {in_flight}, a change gpuwise did not make")
+            await _set_config(ctx.kube, name, config)
+            progress["migConfigSetAt"] = _stamp(ctx.now)
+            return Progress(False, f"node {name}: asked MIG Manager for {config}", progress)
+        state = labels.get(LABEL_MIG_STATE)
+        if state == "failed":
+            raise ActionFailed("MigConfigFailed", f"node {name}: MIG Manager could not apply {config} (state failed)")
+        if state != SETTLED:
+            waited = (ctx.now - (_when(details["migConfigSetAt"]) or ctx.now)).total_seconds()
+            if waited > parse_duration(settings.mig.config_timeout):
+                raise ActionFailed(
+                    "MigConfigTimeout",
+                    f"node {name}: {config} still {state or 'not picked up'} after {settings.mig.config_timeout}",
+                )
+            return Progress(False, f"node {name}: MIG config {config} is {state or 'not picked up yet'}")
+        await nodes.uncordon(ctx.kube, name, holder(job, record))
+        return Progress(True, f"node {name} now runs MIG config {config}", {"migConfigDone": "true"})
+
+    async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
+        profile = record.details["migProfile"]
+        own = frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods)
+        candidates = await ctx.kube.list("v1", "Node", label_selector=f"{LABEL_PARTITIONING}={PARTITIONING_MIG}")
+        pods = [pod for pod in await ctx.kube.list("v1", "Pod") if nodes.holds_gpus(pod)]
+        try:
+            choice = choose(
+                candidates,
+                pods,
+                profile,
+                int(record.details.get("workers", "1")),
+                own_pods=own,
+                extra_configs=ctx.settings.nodes.mig.configs,
+            )
+        except NoMigNodeError as exc:
+            if not candidates:
+                raise ActionFailed(
+                    "NoMigNode", f"no node is opted in for MIG (label {LABEL_PARTITIONING}={PARTITIONING_MIG})"
+                ) from exc
+            raise ActionFailed("NoMigNode", str(exc)) from exc
+        chosen = {"node": choice.node, "migConfig": choice.config, "previousMigConfig": choice.previous}
+        if not choice.changes_config:
+            return Progress(True, f"node {choice.node} has free {profile} slices: no MIG change needed", chosen)
+        message = (
+            f"node {choice.node}: MIG config {choice.previous} → {choice.config} "
+            f"({choice.instance_changes} instance changes, {len(choice.evictions)} pod(s) to evict)"
+        )
+        return Progress(False, message, chosen)
+
+    async def undo(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
+        details = record.details
+        name = details.get("node")
+        if not name:
+            return READY
+        previous = details["previousMigConfig"]
+        node = await ctx.kube.get("v1", "Node", "", name)
+        if node is None:
+            return Progress(True, f"node {name} is gone")
+        labels = _labels(node)
+        if "migConfigSetAt" in details and previous != details["migConfig"]:
+            if "rollbackSetAt" not in details:
+                if labels.get(LABEL_MIG_CONFIG) != details["migConfig"]:
+                    return await self._release(job, record, ctx, f"{LABEL_MIG_CONFIG} was changed by someone else")
+                await _set_config(ctx.kube, name, previous)
+                return Progress(
+                    False, f"node {name}: rolling back to MIG config {previous}", {"rollbackSetAt": _stamp(ctx.now)}
+                )
+            state = labels.get(LABEL_MIG_STATE)
+            waited = (ctx.now - (_when(details["rollbackSetAt"]) or ctx.now)).total_seconds()
+            if state == "failed" or (
+                state != SETTLED and waited > parse_duration(ctx.settings.nodes.mig.config_timeout)
+            ):
+                return Progress(
+                    True,
+                    f"node {name}: the rollback to {previous} did not succeed (state {state or 'unset'}); "
+                    "the node stays cordoned for an administrator",
+                )
+            if state != SETTLED:
+                return Progress(False, f"node {name}: rollback to {previous} is {state or 'not picked up yet'}")
+        return await self._release(job, record, ctx, "")
+
+    async def _release(self, job: JobView, record: ActionRecord, ctx: ActContext, note: str) -> Progress:
+        name = record.details["node"]
+        uncordoned = await nodes.uncordon(ctx.kube, name, holder(job, record))
+        done = f"node {name} uncordoned" if uncordoned else f"node {name} left as it was (gpuwise had not cordoned it)"
+        return Progress(True, f"{note}; {done}" if note else done)
+
+
+MIG_REPARTITION = register(MigRepartition())

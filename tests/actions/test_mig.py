@@ -1,0 +1,258 @@
+"""MigRepartition: the choice of node and config (pure), and its node-side steps against the
+emulator with a played MIG Manager — success, `failed`, a wedged `pending`, a blocked eviction,
+do-not-disrupt, a node not opted in, another owner's change in flight, and a resumed action."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
+from gpuwise.act.mig import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
+from gpuwise.act.nodes import ANNOTATION_CORDONED_BY
+from gpuwise.act.overrides import NONE
+from gpuwise.act.settings import ActionSettings
+from gpuwise.api.overrides import JobOverrides
+from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Recommendation, TrainingJobSpec
+from gpuwise.decide.mig import MigInstance
+from gpuwise.decide.mig_profiles import gpu_model
+from gpuwise.operator.kube import Kube
+from tests.actions.support import MigManager, budget, mig_node, pod
+from tests.support.emulator import EmulatorThread
+
+GPU = {"nvidia.com/gpu": 1}
+H100 = gpu_model("H100-80GB")
+SETTINGS = ActionSettings.model_validate(
+    {"nodes": {"drainTimeout": "0.6s", "mig": {"configTimeout": "0.6s", "configs": {"two-big": {"3g.40gb": 2}}}}}
+)
+
+
+def job_view(pods: list[dict[str, Any]] | None = None, num_nodes: int = 1, **trainer: Any) -> JobView:
+    spec = TrainingJobSpec.model_validate(
+        {
+            "trainer": {
+                "image": "x",
+                "numNodes": num_nodes,
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}},
+                **trainer,
+            }
+        }
+    )
+    body = {"metadata": {"namespace": "default", "name": "bert"}, "spec": spec.to_k8s()}
+    return JobView("default", "bert", body, spec, NONE, tuple(pods or ()))
+
+
+def recommend(profile: str | None = "3g.40gb") -> Recommendation:
+    changes = {"migProfile": profile} if profile else {}
+    return Recommendation(action=ActionKind.MIG_REPARTITION, finding="Oversized", message="m", changes=changes)
+
+
+def record_for(plan: Plan) -> ActionRecord:
+    now = datetime.now(tz=UTC)
+    return ActionRecord(
+        id="migrepartition-1",
+        action=ActionKind.MIG_REPARTITION,
+        state=ActionState.APPLYING,
+        reason="Applying",
+        started_at=now,
+        updated_at=now,
+        details=dict(plan.details),
+    )
+
+
+async def drive(
+    hook: str, job: JobView, record: ActionRecord, kube: Kube, timeout: float = 10
+) -> tuple[ActionRecord, Progress | ActionFailed]:
+    """Call a hook once per cycle, as the runner does, keeping its details, until it is ready or fails."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
+        try:
+            progress = await getattr(MIG_REPARTITION, hook)(job, record, ctx)
+        except ActionFailed as failed:
+            return record, failed
+        record = record.model_copy(update={"details": {**record.details, **progress.details}})
+        if progress.ready:
+            return record, progress
+        assert asyncio.get_running_loop().time() < deadline, f"{hook} not ready: {progress.message}"
+        await asyncio.sleep(0.1)
+
+
+def planned(job: JobView) -> ActionRecord:
+    plan = MIG_REPARTITION.plan(job, recommend(), SETTINGS)
+    assert isinstance(plan, Plan)
+    return record_for(plan)
+
+
+async def labels_of(kube: Kube, name: str) -> dict[str, str]:
+    node = await kube.get("v1", "Node", "", name)
+    assert node is not None
+    return dict(node["metadata"].get("labels") or {})
+
+
+async def node_of(kube: Kube, name: str) -> dict[str, Any]:
+    node = await kube.get("v1", "Node", "", name)
+    assert node is not None
+    return node
+
+
+# --- configs and the choice (pure) ----------------------------------------------------------
+
+
+def test_known_configs_are_nvidias_defaults_plus_the_platforms_own() -> None:
+    configs = known_configs(H100, {"two-big": {"3g.40gb": 2}, "a100-only": {"1g.5gb": 7}})
+    assert configs["all-disabled"] == frozenset()
+    assert sorted(i.profile for i in configs["all-1g.10gb"]) == ["1g.10gb"] * 7
+    assert configs["two-big"] == {MigInstance(0, "3g.40gb"), MigInstance(4, "3g.40gb")}
+    assert "a100-only" not in configs  # another model's profile: never set on an H100 node
+
+
+def test_a_node_with_free_slices_needs_no_change() -> None:
+    nodes = [
+        mig_node("a", config="all-disabled"),
+        mig_node("b", config="all-3g.40gb", allocatable={"nvidia.com/mig-3g.40gb": "2"}),
+    ]
+    busy = pod("other", "b", gpus={"nvidia.com/mig-3g.40gb": 1})
+    assert choose(nodes, [busy], "3g.40gb", 1) == Choice("b", "all-3g.40gb", "all-3g.40gb")
+
+
+def test_the_choice_prefers_fewer_evictions_then_fewer_instance_changes() -> None:
+    nodes = [mig_node("a", config="all-1g.10gb"), mig_node("b"), mig_node("c")]
+    pods = [pod("busy", "b", gpus=GPU), pod("own", "c", gpus=GPU)]
+    choice = choose(nodes, pods, "3g.40gb", 2, own_pods=frozenset({"default/own"}))
+    # a and c need no eviction (c's only pod is the job's own); c goes from no instances to two,
+    # a would destroy seven first.
+    assert (choice.node, choice.config, choice.previous, choice.evictions) == ("c", "all-3g.40gb", "all-disabled", ())
+    assert choice.instance_changes == 2
+
+
+def test_nodes_that_cannot_serve_say_why() -> None:
+    nodes = [
+        mig_node("plain", opted_in=False),
+        mig_node("busy-mig", config="all-1g.10gb", state="pending"),
+        mig_node("broken", state="failed"),
+        mig_node("precious"),
+        mig_node("small", product="NVIDIA-A100-SXM4-40GB"),
+    ]
+    pods = [pod("keep", "precious", gpus=GPU, do_not_disrupt=True)]
+    with pytest.raises(NoMigNodeError) as caught:
+        choose(nodes, pods, "3g.40gb", 1)
+    reasons = caught.value.reasons
+    assert reasons["plain"] == "not opted in (label gpuwise.io/gpu-partitioning=mig)"
+    assert "'all-1g.10gb' is pending" in reasons["busy-mig"] and "did not make" in reasons["busy-mig"]
+    assert "is failed" in reasons["broken"]
+    assert reasons["precious"] == "default/keep must not be disrupted"
+    assert "A100-40GB has no MIG profile '3g.40gb'" in reasons["small"]
+
+
+def test_plan_swaps_the_whole_gpu_for_a_slice_and_refuses_what_a_slice_cannot_serve() -> None:
+    plan = MIG_REPARTITION.plan(job_view(), recommend(), SETTINGS)
+    assert isinstance(plan, Plan) and plan.restart
+    assert plan.target == JobOverrides(resources={"nvidia.com/mig-3g.40gb": "1"}, remove_resources=["nvidia.com/gpu"])
+    refused = MIG_REPARTITION.plan(job_view(numProcPerNode=2), recommend(), SETTINGS)
+    assert isinstance(refused, Refusal) and refused.reason == "NotOneGpuPerWorker"
+    assert isinstance(MIG_REPARTITION.plan(job_view(), recommend(None), SETTINGS), Refusal)
+
+
+# --- the node-side steps against the emulator -----------------------------------------------
+
+
+async def test_repartition_idles_the_node_sets_the_config_and_uncordons(kube: Kube, emulator: EmulatorThread) -> None:
+    await kube.create(mig_node("gpu-1"))
+    await kube.create(pod("other-job", "gpu-1", gpus=GPU))
+    job = job_view()
+    with MigManager(str(emulator.kubeconfig)) as manager:
+        record, progress = await drive("prepare", job, planned(job), kube)
+    assert isinstance(progress, Progress) and progress.ready, progress
+    assert manager.seen == [("gpu-1", "all-3g.40gb")]
+    labels = await labels_of(kube, "gpu-1")
+    assert labels["nvidia.com/mig.config"] == "all-3g.40gb" and labels["nvidia.com/mig.config.state"] == "success"
+    node = await node_of(kube, "gpu-1")
+    assert not node["spec"].get("unschedulable") and ANNOTATION_CORDONED_BY not in node["metadata"].get(
+        "annotations", {}
+    )
+    assert node["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "2"
+    assert await kube.get("v1", "Pod", "default", "other-job") is None  # evicted, not deleted by hand
+    assert record.details["previousMigConfig"] == "all-disabled" and record.details["migConfigDone"] == "true"
+
+
+@pytest.mark.parametrize(("outcome", "reason"), [("fail", "MigConfigFailed"), ("wedge", "MigConfigTimeout")])
+async def test_a_failed_or_wedged_config_is_rolled_back_and_the_node_uncordoned(
+    kube: Kube, emulator: EmulatorThread, outcome: str, reason: str
+) -> None:
+    await kube.create(mig_node("gpu-1"))
+    job = job_view()
+    with MigManager(str(emulator.kubeconfig), **{outcome: {"all-3g.40gb"}}) as manager:
+        record, failed = await drive("prepare", job, planned(job), kube)
+        assert isinstance(failed, ActionFailed) and failed.reason == reason, failed
+        assert "all-3g.40gb" in failed.message
+        record, undone = await drive("undo", job, record, kube)
+    assert isinstance(undone, Progress) and undone.ready and "uncordoned" in undone.message
+    assert manager.seen == [("gpu-1", "all-3g.40gb"), ("gpu-1", "all-disabled")]
+    labels = await labels_of(kube, "gpu-1")
+    assert labels["nvidia.com/mig.config"] == "all-disabled" and labels["nvidia.com/mig.config.state"] == "success"
+    assert not (await node_of(kube, "gpu-1"))["spec"].get("unschedulable")
+
+
+async def test_a_blocked_eviction_changes_nothing_and_uncordons(kube: Kube, emulator: EmulatorThread) -> None:
+    await kube.create(mig_node("gpu-1"))
+    await kube.create(budget("serving", {"matchLabels": {"app": "serve"}}, minAvailable=1))
+    await kube.create(pod("serve", "gpu-1", gpus=GPU, labels={"app": "serve"}))
+    job = job_view()
+    with MigManager(str(emulator.kubeconfig)) as manager:
+        record, failed = await drive("prepare", job, planned(job), kube)
+        assert isinstance(failed, ActionFailed) and failed.reason == "EvictionBlocked"
+        assert "default/serve is blocked: The disruption budget serving needs 1 healthy pods" in failed.message
+        _, undone = await drive("undo", job, record, kube)
+    assert isinstance(undone, Progress) and undone.ready
+    assert manager.seen == []  # no MIG change was ever asked for
+    assert (await labels_of(kube, "gpu-1"))["nvidia.com/mig.config"] == "all-disabled"
+    assert not (await node_of(kube, "gpu-1"))["spec"].get("unschedulable")
+    assert await kube.get("v1", "Pod", "default", "serve") is not None
+
+
+@pytest.mark.parametrize(
+    ("node", "pods", "why"),
+    [
+        (mig_node("gpu-1", opted_in=False), [], "no node is opted in for MIG"),
+        (mig_node("gpu-1", config="all-1g.10gb", state="pending"), [], "a MIG change gpuwise did not make"),
+        (
+            mig_node("gpu-1"),
+            [pod("keep", "gpu-1", gpus=GPU, do_not_disrupt=True)],
+            "default/keep must not be disrupted",
+        ),
+    ],
+)
+async def test_no_action_where_gpuwise_must_not_act(
+    kube: Kube, node: dict[str, Any], pods: list[dict[str, Any]], why: str
+) -> None:
+    await kube.create(node)
+    for body in pods:
+        await kube.create(body)
+    job = job_view()
+    _, failed = await drive("prepare", job, planned(job), kube)
+    assert isinstance(failed, ActionFailed) and failed.reason == "NoMigNode" and why in failed.message
+    after = await node_of(kube, "gpu-1")
+    assert after["metadata"]["labels"] == node["metadata"]["labels"] and not after["spec"].get("unschedulable")
+
+
+async def test_a_resumed_action_does_not_ask_again(kube: Kube, emulator: EmulatorThread) -> None:
+    """An operator restart between any two calls: the record's details are all it has."""
+    await kube.create(mig_node("gpu-1"))
+    job = job_view()
+    record = planned(job)
+    ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
+    with MigManager(str(emulator.kubeconfig), wedge={"all-3g.40gb"}) as manager:
+        for _ in range(3):  # choose, then cordon + evict + set the config, then follow the state
+            progress = await MIG_REPARTITION.prepare(job, record, ctx)
+            record = record.model_copy(update={"details": {**record.details, **progress.details}})
+        await asyncio.sleep(0.3)
+        assert (await labels_of(kube, "gpu-1")).get("nvidia.com/mig.config.state") == "pending"
+        # "Restarted": the same record again, while MIG Manager is still pending.
+        again = await MIG_REPARTITION.prepare(job, record, ctx)
+        assert not again.ready and "pending" in again.message
+        assert manager.seen == [("gpu-1", "all-3g.40gb")]  # the label was not set a second time
+    assert (await labels_of(kube, "gpu-1"))["nvidia.com/mig.config.state"] == "pending"  # nor the state touched
