@@ -129,6 +129,9 @@ class Action:
     """An action kind. Subclasses set `kind` and implement `plan`; the hooks default to no-ops."""
 
     kind: ClassVar[ActionKind]
+    # Whether `prepare` works on nodes while the job is stopped: the new Job is then created
+    # suspended (overrides.suspend) and released once `prepare` says ready.
+    prepares_nodes: ClassVar[bool] = False
 
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
         raise NotImplementedError

@@ -103,6 +103,17 @@ class Kube:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         await self._call(resource.eviction.create, body=body, name=name, namespace=namespace)
 
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Delete the object and, before it goes, its dependents (foreground); False if it was gone.
+
+        Foreground deletion keeps a Job until its pods are gone, so a replacement Job never runs
+        beside the pods of the one it replaces.
+        """
+        resource = await self._resource(api_version, kind)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
+        found = await self._call(resource.delete, NotFoundError, name=name, namespace=namespace, body=options)
+        return found is not None
+
     async def patch(
         self, api_version: str, kind: str, namespace: str, name: str, body: JsonDict, *, status: bool = False
     ) -> JsonDict | None:
