@@ -176,7 +176,7 @@ async def test_repartition_idles_the_node_sets_the_config_and_uncordons(kube: Ku
     )
     assert node["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "2"
     assert await kube.get("v1", "Pod", "default", "other-job") is None  # evicted, not deleted by hand
-    assert record.details["previousMigConfig"] == "all-disabled" and record.details["migConfigDone"] == "true"
+    assert record.details["previousMigConfig"] == "all-disabled" and record.details["applied"] == "true"
 
 
 @pytest.mark.parametrize(("outcome", "reason"), [("fail", "MigConfigFailed"), ("wedge", "MigConfigTimeout")])

@@ -28,18 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from gpuwise.act import nodes
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
 from gpuwise.act.settings import ActionSettings
-from gpuwise.api.base import parse_duration
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 from gpuwise.decide.mig import GpuState, MigInstance, NoGeometryError, plan_gpu
 from gpuwise.decide.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
-from gpuwise.operator.kube import Kube
 
 JsonDict = dict[str, Any]
 
@@ -187,8 +184,8 @@ def choose(
             continue
         before = configs.get(current)
         for config, geometry in fitting.items():
-            # Instances created plus destroyed on every GPU; an unknown current config counts as all new.
-            changes = gpus * (len(geometry ^ before) if before is not None else len(geometry) + 1)
+            # Instances created plus destroyed on every GPU (of an unknown current config: created).
+            changes = gpus * len(geometry ^ (before or frozenset()))
             options.append(
                 ((1, len(evict), changes, name + " " + config), Choice(name, config, current, evict, changes))
             )
@@ -198,14 +195,6 @@ def choose(
 
 
 # --- the action -----------------------------------------------------------------------------
-
-
-def _when(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text) if text else None
-
-
-def _stamp(now: datetime) -> str:
-    return now.isoformat()
 
 
 def holder(job: JobView, record: ActionRecord) -> str:
@@ -221,10 +210,32 @@ def target_overrides(current: JobOverrides, profile: str) -> JobOverrides:
     return current.model_copy(update={"resources": {**resources, resource: "1"}, "remove_resources": removed})
 
 
-async def _set_config(kube: Kube, node: str, config: str) -> None:
-    """Ask MIG Manager for `config`; the old state label goes so that only the new outcome is read."""
-    patch = {"metadata": {"labels": {LABEL_MIG_CONFIG: config, LABEL_MIG_STATE: None}}}
-    await kube.patch("v1", "Node", "", node, patch)
+def config_change(config: str, timeout: str) -> nodes.LabelChange:
+    """Ask MIG Manager for `config`. The old state label goes with the request, so that only the
+    answer to this request is read (a stale `success` would otherwise look like one)."""
+
+    def answer(node: JsonDict) -> tuple[nodes.Outcome, str]:
+        labels = _labels(node)
+        state = labels.get(LABEL_MIG_STATE)
+        if labels.get(LABEL_MIG_CONFIG) != config:
+            return (
+                nodes.Outcome.FAILED,
+                f"{LABEL_MIG_CONFIG} became {labels.get(LABEL_MIG_CONFIG)!r}, set by someone else",
+            )
+        if state == SETTLED:
+            return nodes.Outcome.DONE, f"MIG config {config} applied"
+        if state == "failed":
+            return nodes.Outcome.FAILED, f"MIG Manager could not apply {config} (state failed)"
+        return nodes.Outcome.WAITING, f"MIG config {config} is {state or 'not picked up yet'}"
+
+    return nodes.LabelChange(
+        labels={LABEL_MIG_CONFIG: config, LABEL_MIG_STATE: None},
+        describe=f"MIG config {config}",
+        answer=answer,
+        timeout=timeout,
+        failed_reason="MigConfigFailed",
+        timeout_reason="MigConfigTimeout",
+    )
 
 
 class MigRepartition(Action):
@@ -252,56 +263,30 @@ class MigRepartition(Action):
 
     async def prepare(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         details = record.details
-        settings = ctx.settings.nodes
         if "node" not in details:
             return await self._choose(job, record, ctx)
-        if details.get("migConfigDone") == "true" or details["migConfig"] == details["previousMigConfig"]:
+        if details.get("applied") == "true" or details["migConfig"] == details["previousMigConfig"]:
             return READY
-        name = details["node"]
-        node = await nodes.get_node(ctx.kube, name)
-        labels = _labels(node)
-        config = details["migConfig"]
-        if labels.get(LABEL_MIG_CONFIG) not in {config, details["previousMigConfig"]}:
-            raise ActionFailed(
-                "MigConfigChangedByOthers",
-                f"node {name}: {LABEL_MIG_CONFIG} became {labels.get(LABEL_MIG_CONFIG)!r}, set by someone else; "
-                "gpuwise does not fight another MIG owner",
-            )
-        progress: dict[str, str] = {}
-        if "cordon" not in details:
-            try:
-                progress["cordon"] = (await nodes.cordon(ctx.kube, name, holder(job, record))).value
-            except nodes.NodeError as exc:
-                raise ActionFailed("NodeBusy", str(exc)) from exc
-        if "migConfigSetAt" not in details:
-            started = _when(details.get("drainStartedAt")) or ctx.now
-            progress["drainStartedAt"] = _stamp(started)
-            drain = await nodes.evict_gpu_pods(ctx.kube, name)
-            if drain.protected:
-                raise ActionFailed("DoNotDisrupt", drain.explain())
-            if not drain.idle:
-                if (ctx.now - started).total_seconds() > parse_duration(settings.drain_timeout):
-                    raise ActionFailed("EvictionBlocked", f"{drain.explain()} (gave up after {settings.drain_timeout})")
-                return Progress(False, f"idling the GPUs: {drain.explain()}", progress)
-            in_flight = mig_change_in_flight(node)
-            if in_flight and labels.get(LABEL_MIG_CONFIG) != config:
-                raise ActionFailed("MigChangeInFlight", f"node {name}: {in_flight}, a change gpuwise did not make")
-            await _set_config(ctx.kube, name, config)
-            progress["migConfigSetAt"] = _stamp(ctx.now)
-            return Progress(False, f"node {name}: asked MIG Manager for {config}", progress)
-        state = labels.get(LABEL_MIG_STATE)
-        if state == "failed":
-            raise ActionFailed("MigConfigFailed", f"node {name}: MIG Manager could not apply {config} (state failed)")
-        if state != SETTLED:
-            waited = (ctx.now - (_when(details["migConfigSetAt"]) or ctx.now)).total_seconds()
-            if waited > parse_duration(settings.mig.config_timeout):
+        name, config = details["node"], details["migConfig"]
+        if "labelledAt" not in details:
+            node = await nodes.get_node(ctx.kube, name)
+            labels = _labels(node)
+            if labels.get(LABEL_MIG_CONFIG) != details["previousMigConfig"] or mig_change_in_flight(node):
                 raise ActionFailed(
-                    "MigConfigTimeout",
-                    f"node {name}: {config} still {state or 'not picked up'} after {settings.mig.config_timeout}",
+                    "MigChangeInFlight",
+                    f"node {name}: {LABEL_MIG_CONFIG} is {labels.get(LABEL_MIG_CONFIG)!r} "
+                    f"({labels.get(LABEL_MIG_STATE) or 'no state'}), a change gpuwise did not make; "
+                    "gpuwise does not fight another MIG owner",
                 )
-            return Progress(False, f"node {name}: MIG config {config} is {state or 'not picked up yet'}")
-        await nodes.uncordon(ctx.kube, name, holder(job, record))
-        return Progress(True, f"node {name} now runs MIG config {config}", {"migConfigDone": "true"})
+        return await nodes.apply_on_idle_node(
+            ctx.kube,
+            name,
+            holder(job, record),
+            change=config_change(config, ctx.settings.nodes.mig.config_timeout),
+            details=details,
+            now=ctx.now,
+            drain_timeout=ctx.settings.nodes.drain_timeout,
+        )
 
     async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         profile = record.details["migProfile"]
@@ -334,41 +319,18 @@ class MigRepartition(Action):
 
     async def undo(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         details = record.details
-        name = details.get("node")
-        if not name:
+        if "node" not in details:
             return READY
-        previous = details["previousMigConfig"]
-        node = await ctx.kube.get("v1", "Node", "", name)
-        if node is None:
-            return Progress(True, f"node {name} is gone")
-        labels = _labels(node)
-        if "migConfigSetAt" in details and previous != details["migConfig"]:
-            if "rollbackSetAt" not in details:
-                if labels.get(LABEL_MIG_CONFIG) != details["migConfig"]:
-                    return await self._release(job, record, ctx, f"{LABEL_MIG_CONFIG} was changed by someone else")
-                await _set_config(ctx.kube, name, previous)
-                return Progress(
-                    False, f"node {name}: rolling back to MIG config {previous}", {"rollbackSetAt": _stamp(ctx.now)}
-                )
-            state = labels.get(LABEL_MIG_STATE)
-            waited = (ctx.now - (_when(details["rollbackSetAt"]) or ctx.now)).total_seconds()
-            if state == "failed" or (
-                state != SETTLED and waited > parse_duration(ctx.settings.nodes.mig.config_timeout)
-            ):
-                return Progress(
-                    True,
-                    f"node {name}: the rollback to {previous} did not succeed (state {state or 'unset'}); "
-                    "the node stays cordoned for an administrator",
-                )
-            if state != SETTLED:
-                return Progress(False, f"node {name}: rollback to {previous} is {state or 'not picked up yet'}")
-        return await self._release(job, record, ctx, "")
-
-    async def _release(self, job: JobView, record: ActionRecord, ctx: ActContext, note: str) -> Progress:
-        name = record.details["node"]
-        uncordoned = await nodes.uncordon(ctx.kube, name, holder(job, record))
-        done = f"node {name} uncordoned" if uncordoned else f"node {name} left as it was (gpuwise had not cordoned it)"
-        return Progress(True, f"{note}; {done}" if note else done)
+        config, previous = details["migConfig"], details["previousMigConfig"]
+        return await nodes.restore_node(
+            ctx.kube,
+            details["node"],
+            holder(job, record),
+            back=config_change(previous, ctx.settings.nodes.mig.config_timeout),
+            ours=lambda node: _labels(node).get(LABEL_MIG_CONFIG) == config,
+            details=details,
+            now=ctx.now,
+        )
 
 
 MIG_REPARTITION = register(MigRepartition())

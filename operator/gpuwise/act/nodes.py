@@ -11,6 +11,9 @@ steps, each idempotent so an operator restart can simply run it again:
   so PodDisruptionBudgets hold: a 429 means "not now", and the caller retries until its deadline.
   A pod annotated `gpuwise.io/do-not-disrupt: "true"` is never evicted.
 - **wait** until no GPU pod is left on the node (terminating pods still hold their GPUs).
+
+Then a node-side action changes a label that an NVIDIA component acts on and follows its answer
+(:func:`apply_on_idle_node`), or takes the change back (:func:`restore_node`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
 from gpuwise import wiring
+from gpuwise.act.machine import ActionFailed, Progress
+from gpuwise.api.base import parse_duration
 from gpuwise.operator.kube import ApiError, Kube
 
 JsonDict = dict[str, Any]
@@ -205,3 +212,116 @@ async def drain_gpus(
         if drain.idle or drain.protected or time.monotonic() >= deadline:
             return drain
         await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+# --- changing what a node's GPUs offer ------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    DONE = "Done"
+    WAITING = "Waiting"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class LabelChange:
+    """Node labels a node-side NVIDIA component acts on (MIG Manager, the device plugin), and how
+    to read its answer from the node: `answer(node)` is an outcome and words for the record."""
+
+    labels: dict[str, str | None]  # a merge patch: None removes the label
+    describe: str  # e.g. "MIG config all-3g.40gb"
+    answer: Callable[[JsonDict], tuple[Outcome, str]]
+    timeout: str  # a Duration: how long WAITING may last
+    failed_reason: str  # CamelCase, for FAILED
+    timeout_reason: str  # CamelCase, for a WAITING that outlasts `timeout`
+
+
+def _since(details: Mapping[str, str], key: str, now: datetime) -> float:
+    started = details.get(key)
+    return (now - datetime.fromisoformat(started)).total_seconds() if started else 0.0
+
+
+async def apply_on_idle_node(
+    kube: Kube,
+    node: str,
+    holder: str,
+    *,
+    change: LabelChange,
+    details: Mapping[str, str],
+    now: datetime,
+    drain_timeout: str,
+) -> Progress:
+    """One step of: cordon, evict the GPU pods (for at most `drain_timeout`), set the labels, wait
+    for the component's answer, uncordon. Call it once per cycle with the details it returned so
+    far (the action record's); every step runs once, so a restarted operator resumes it.
+
+    Raises ActionFailed: NodeBusy, DoNotDisrupt, EvictionBlocked, or the change's own reasons.
+    """
+    progress: dict[str, str] = {}
+    if "cordon" not in details:
+        try:
+            progress["cordon"] = (await cordon(kube, node, holder)).value
+        except NodeError as exc:
+            raise ActionFailed("NodeBusy", str(exc)) from exc
+    if "labelledAt" not in details:
+        progress["drainStartedAt"] = details.get("drainStartedAt") or now.isoformat()
+        drain = await evict_gpu_pods(kube, node)
+        if drain.protected:
+            raise ActionFailed("DoNotDisrupt", drain.explain())
+        if not drain.idle:
+            if _since(progress, "drainStartedAt", now) > parse_duration(drain_timeout):
+                raise ActionFailed("EvictionBlocked", f"{drain.explain()} (gave up after {drain_timeout})")
+            return Progress(False, f"idling the GPUs: {drain.explain()}", progress)
+        await kube.patch("v1", "Node", "", node, {"metadata": {"labels": change.labels}})
+        progress["labelledAt"] = now.isoformat()
+        return Progress(False, f"node {node}: asked for {change.describe}", progress)
+    outcome, words = change.answer(await get_node(kube, node))
+    if outcome is Outcome.FAILED:
+        raise ActionFailed(change.failed_reason, f"node {node}: {words}")
+    if outcome is Outcome.WAITING:
+        if _since(details, "labelledAt", now) > parse_duration(change.timeout):
+            raise ActionFailed(change.timeout_reason, f"node {node}: {words} after {change.timeout}")
+        return Progress(False, f"node {node}: {words}")
+    await uncordon(kube, node, holder)
+    return Progress(True, f"node {node}: {words}", {"applied": "true"})
+
+
+async def restore_node(
+    kube: Kube,
+    node: str,
+    holder: str,
+    *,
+    back: LabelChange,
+    ours: Callable[[JsonDict], bool],
+    details: Mapping[str, str],
+    now: datetime,
+) -> Progress:
+    """Undo :func:`apply_on_idle_node` one step at a time: set the labels `back` if gpuwise had
+    changed them and they are still its own (`ours(node)`), wait for the answer, uncordon.
+
+    A failed or timed-out restore leaves the node cordoned, and says so: its GPUs are in a state
+    nobody asked for, and new pods must not land on them.
+    """
+    found = await kube.get("v1", "Node", "", node)
+    if found is None:
+        return Progress(True, f"node {node} is gone")
+    if "labelledAt" in details:
+        if "restoredAt" not in details:
+            if not ours(found):
+                return await _release(kube, node, holder, "its labels were changed by someone else since")
+            await kube.patch("v1", "Node", "", node, {"metadata": {"labels": back.labels}})
+            return Progress(False, f"node {node}: going back to {back.describe}", {"restoredAt": now.isoformat()})
+        outcome, words = back.answer(found)
+        timed_out = outcome is Outcome.WAITING and _since(details, "restoredAt", now) > parse_duration(back.timeout)
+        if outcome is Outcome.FAILED or timed_out:
+            return Progress(
+                True, f"node {node}: going back to {back.describe} did not succeed ({words}); it stays cordoned"
+            )
+        if outcome is Outcome.WAITING:
+            return Progress(False, f"node {node}: {words}")
+    return await _release(kube, node, holder, "")
+
+
+async def _release(kube: Kube, node: str, holder: str, note: str) -> Progress:
+    done = f"node {node} uncordoned" if await uncordon(kube, node, holder) else f"node {node} left as it was"
+    return Progress(True, f"{note}; {done}" if note else done)
