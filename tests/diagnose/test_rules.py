@@ -212,3 +212,98 @@ def test_a_steadily_slower_worker_is_a_milder_finding_without_action() -> None:
     assert (finding.worker, finding.confidence, recommendation) == (3, 0.3, None)
     assert "Straggler" not in run(window(worker_step_seconds=steady))
     assert "SlowWorker" not in run(window(worker_step_seconds=steps(8))), "within 10 % of the peers"
+
+
+# --- OversizedGPU -------------------------------------------------------------------------------
+
+LIGHT = {"gpu_utilization": [15.0] * 60, "sm_active": [0.08 + 0.02 * (i % 2) for i in range(60)]}
+
+
+def test_an_oversized_gpu_gets_the_smallest_mig_slice_that_fits() -> None:
+    finding, recommendation = run(window(**LIGHT, memory_used_mib=7_000.0))["OversizedGPU"]
+    # 90 % of samples at or under 10 % SM activity: 1 of 7 slices; 7,000 MiB + 20 % fits 1g.10gb.
+    assert finding.evidence["smActivityP90"] == "0.1"
+    assert finding.evidence["migProfile"] == "1g.10gb"
+    assert "a MIG slice 1g.10gb would do" in finding.message
+    assert recommendation is not None and recommendation.action.value == "MigRepartition"
+    assert recommendation.changes == {"migProfile": "1g.10gb", "resource": "nvidia.com/mig-1g.10gb"}
+    busier = run(window(gpu_utilization=[40.0] * 60, sm_active=[0.25] * 60, memory_used_mib=30_000.0))
+    assert busier["OversizedGPU"][1].changes["migProfile"] == "3g.40gb"
+
+
+def test_oversized_reads_utilization_where_sm_activity_is_not_measured() -> None:
+    finding, _ = run(window(gpu_utilization=[12.0] * 60, memory_used_mib=7_000.0))["OversizedGPU"]
+    assert finding.evidence["gpuUtilizationP90"] == "0.12"
+    assert "GPU utilization" in finding.message
+
+
+def test_a_gpu_without_mig_gets_the_finding_and_says_why_there_is_no_slice() -> None:
+    finding, recommendation = run(window(**LIGHT, memory_used_mib=7_000.0, gpu_model="NVIDIA L4"))["OversizedGPU"]
+    assert finding.evidence["migProfile"] == "none: NVIDIA L4 has no MIG profiles"
+    assert recommendation is None
+
+
+def test_no_oversized_finding_when_the_gpu_is_needed_or_the_job_is_not_one_gpu_per_worker() -> None:
+    bursty = {"gpu_utilization": [15.0] * 60, "sm_active": [0.9 if i % 4 == 0 else 0.08 for i in range(60)]}
+    assert "OversizedGPU" not in run(window(**bursty, memory_used_mib=7_000.0)), "bursts to 90 % need the GPU"
+    assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=45_000.0)), "over half the memory"
+    assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=38_000.0)), "38 GB + 20 % fits no slice < 7g"
+    assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=7_000.0, gpus=2)), "two GPUs, one worker"
+    waiting = run(window(**LIGHT, memory_used_mib=7_000.0, data_wait_fraction=[0.6] * 60))
+    assert "InputBound" in waiting and "OversizedGPU" not in waiting, "fix the input before sizing the GPU"
+    assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=7_000.0, job_age_seconds=60)), "grace"
+
+
+# --- Throttling ---------------------------------------------------------------------------------
+
+
+def test_a_thermally_throttled_worker_is_found_and_moved() -> None:
+    clocks = {0: [0.0] * 60, 1: [0.0] * 60, 2: [float(0x40 | 0x20)] * 55 + [0.0] * 5}
+    finding, recommendation = run(window(clock_slowdowns=clocks))["Throttling"]
+    assert finding.worker == 2
+    assert finding.evidence["reasons"] == "software thermal slowdown, hardware thermal slowdown"
+    assert finding.evidence["throttledShare"] == "0.917"
+    assert recommendation is not None and recommendation.action.value == "Reschedule"
+
+
+def test_no_throttling_finding_without_the_series_or_when_it_passes() -> None:
+    assert "Throttling" not in run(window())
+    brief = {0: [float(0x8) if i % 5 == 0 else 0.0 for i in range(60)]}  # 20 % of samples
+    assert "Throttling" not in run(window(clock_slowdowns=brief))
+    assert "Throttling" not in run(window(clock_slowdowns={0: [float(0x40)] * 10})), "too few samples"
+
+
+# --- CommunicationBound --------------------------------------------------------------------------
+
+EXCHANGING = {
+    "gpu_utilization": [38.0] * 60,
+    "sm_active": [0.2] * 60,
+    "data_wait_fraction": [0.03] * 60,
+    "pcie_tx_bytes_per_second": 2.0e9,
+    "pcie_rx_bytes_per_second": 2.4e9,
+    "gradient_accumulation_steps": 2,
+}
+
+
+def test_a_multi_node_job_waiting_on_its_exchange_is_communication_bound() -> None:
+    finding, recommendation = run(window(**EXCHANGING, worker_step_seconds=steps(4)))["CommunicationBound"]
+    assert finding.evidence["outsideComputeAndInput"] == "0.77"
+    assert finding.evidence["workers"] == "4"
+    assert "4 workers spend about 77% of each step neither computing" in finding.message
+    assert recommendation is not None and recommendation.changes == {}, "the job keeps its global batch"
+    free = Tunables.model_validate({"gradientAccumulationSteps": {"env": "ACCUM", "min": 1, "max": 16}})
+    found = run(window(**EXCHANGING, worker_step_seconds=steps(4)), tunables=free)
+    assert found["CommunicationBound"][1].changes == {"ACCUM": "4"}
+
+
+def test_communication_bound_needs_every_piece_of_evidence() -> None:
+    assert "CommunicationBound" not in run(window(**EXCHANGING)), "one worker: nothing crosses nodes"
+    lopsided = {**EXCHANGING, "pcie_tx_bytes_per_second": 0.1e9, "pcie_rx_bytes_per_second": 3e9}
+    assert "CommunicationBound" not in run(window(**lopsided, worker_step_seconds=steps(4))), "input copies"
+    unmeasured = {**EXCHANGING, "pcie_tx_bytes_per_second": None}
+    assert "CommunicationBound" not in run(window(**unmeasured, worker_step_seconds=steps(4)))
+    waiting = run(window(**{**EXCHANGING, "data_wait_fraction": [0.5] * 60}, worker_step_seconds=steps(4)))
+    assert "CommunicationBound" not in waiting and "InputBound" in waiting
+    bursty = {**EXCHANGING, "sm_active": [0.2 if i % 10 == 0 else 0.85 for i in range(60)]}
+    bursty["gpu_utilization"] = [95.0] * 60
+    assert "CommunicationBound" not in run(window(**bursty, worker_step_seconds=steps(4)))

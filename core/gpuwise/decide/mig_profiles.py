@@ -28,6 +28,11 @@ class MigProfile:
     """Memory slices an instance of this profile may start at."""
 
     @property
+    def memory_gb(self) -> int:
+        """The memory in the profile's name (decimal GB, as NVIDIA names them: ``3g.40gb`` → 40)."""
+        return int(self.name.rsplit(".", 1)[1].removesuffix("gb"))
+
+    @property
     def resource_name(self) -> str:
         """The extended resource pods request under the device plugin's ``mixed`` strategy."""
         return f"nvidia.com/mig-{self.name}"

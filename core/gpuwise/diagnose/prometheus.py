@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpuwise.diagnose import matrix
-from gpuwise.diagnose.window import JobWindow
+from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow
 from gpuwise.metrics import Metric, catalog
 from gpuwise.observability.promql import sel, with_trainingjob
 
@@ -57,7 +57,20 @@ def range_queries() -> dict[str, str]:
     return {
         "gpu_utilization": _job_mean(catalog.GPU_UTIL),
         "data_wait_fraction": f"avg {BY_JOB} ({sel(catalog.DATA_WAIT_RATIO)})",
+        "sm_active": f"max {BY_JOB} ({with_trainingjob(sel(catalog.SM_ACTIVE))})",
     }
+
+
+def clock_slowdown_query() -> str:
+    """Per worker, the `CLOCK_SLOWDOWNS` bits of its most throttled GPU at each sample.
+
+    PromQL has no bitwise operators: bit b of a mask x is `floor(x / b) % 2`, and the sum of the
+    wanted bits times their value is x AND the slowdown mask. Software power capping and the other
+    benign reasons drop out, so 0 means "not held down".
+    """
+    reasons = sel(catalog.CLOCKS_EVENT_REASONS)
+    masked = " + ".join(f"{bit} * (floor({reasons} / {bit}) % 2)" for bit in CLOCK_SLOWDOWNS)
+    return f"max by (namespace, trainingjob, worker) ({with_trainingjob(f'({masked})', worker=True)})"
 
 
 def worker_step_query(step_seconds: float) -> str:
@@ -80,6 +93,8 @@ def instant_queries(window: str) -> dict[str, str]:
         "tensor_activity": over_window("avg", catalog.TENSOR_ACTIVE),
         "memory_used_mib": over_window("max", catalog.FB_USED),
         "memory_total_mib": f"max {BY_JOB} ({with_trainingjob(fb_total)})",
+        "pcie_tx_bytes_per_second": over_window("avg", catalog.PCIE_TX),
+        "pcie_rx_bytes_per_second": over_window("avg", catalog.PCIE_RX),
         "gpus": f"count {BY_JOB} ({with_trainingjob(sel(catalog.GPU_UTIL))})",
         "gpu_model": f"count by (namespace, trainingjob, modelName) ({with_trainingjob(sel(catalog.GPU_UTIL))})",
         "last_step": _job_max(catalog.LAST_STEP),
@@ -161,6 +176,8 @@ class Snapshot:
     facts: Mapping[str, Mapping[JobKey, Any]]
     # Per job, per worker index: (unix time, mean step seconds).
     worker_steps: Mapping[JobKey, Mapping[int, list[tuple[float, float]]]] = field(default_factory=dict)
+    # Per job, per worker index: the clock-slowdown bits at each sample.
+    clock_slowdowns: Mapping[JobKey, Mapping[int, list[float]]] = field(default_factory=dict)
 
     def jobs(self) -> list[JobKey]:
         """Every (namespace, trainingjob) that some query returned, sorted; unlabelled series left out."""
@@ -187,6 +204,7 @@ class Snapshot:
             job_age_seconds=job.age_seconds,
             gpu_utilization=self.series["gpu_utilization"].get(key, []),
             data_wait_fraction=self.series["data_wait_fraction"].get(key, []),
+            sm_active=self.series["sm_active"].get(key, []),
             sm_activity=fact("sm_activity"),
             tensor_activity=fact("tensor_activity"),
             memory_used_mib=fact("memory_used_mib"),
@@ -202,6 +220,9 @@ class Snapshot:
             autocast=flag("autocast"),
             memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
             worker_step_seconds=self.worker_steps.get(key, {}),
+            clock_slowdowns=self.clock_slowdowns.get(key, {}),
+            pcie_tx_bytes_per_second=fact("pcie_tx_bytes_per_second"),
+            pcie_rx_bytes_per_second=fact("pcie_rx_bytes_per_second"),
         )
 
 
@@ -221,12 +242,15 @@ def fetch(source: Prometheus, *, now: float, window_seconds: float, step_seconds
             facts[name] = {_key(s["metric"]): float(s["value"][1]) for s in result}
     worker_steps: dict[JobKey, dict[int, list[tuple[float, float]]]] = {}
     for steps in source.range(worker_step_query(step_seconds), now - window_seconds, now, step_seconds):
-        worker = steps.labels.get("worker", "")
-        if worker.isdigit():
+        if (worker := steps.labels.get("worker", "")).isdigit():
             worker_steps.setdefault(_key(steps.labels), {})[int(worker)] = steps.timed()
-    return Snapshot(now, window_seconds, step_seconds, series, facts, worker_steps)
+    slowdowns: dict[JobKey, dict[int, list[float]]] = {}
+    for clocks in source.range(clock_slowdown_query(), now - window_seconds, now, step_seconds):
+        if (worker := clocks.labels.get("worker", "")).isdigit():
+            slowdowns.setdefault(_key(clocks.labels), {})[int(worker)] = clocks.values()
+    return Snapshot(now, window_seconds, step_seconds, series, facts, worker_steps, slowdowns)
 
 
 def query_count() -> int:
     """Requests per evaluation cycle, whatever the number of jobs."""
-    return len(range_queries()) + len(instant_queries("1m")) + 1  # + the per-worker step times
+    return len(range_queries()) + len(instant_queries("1m")) + 2  # + the per-worker step times and clocks

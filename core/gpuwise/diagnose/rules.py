@@ -15,8 +15,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuwise.api.trainingjob import ActionKind, Finding, Recommendation, Tunables
+from gpuwise.decide.mig_profiles import COMPUTE_SLICES, MigProfile, UnknownGpuModelError, gpu_model
 from gpuwise.diagnose.straggler import detect_stragglers, persistent_slow_workers
-from gpuwise.diagnose.window import JobWindow, Sustain, holds
+from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, holds
+
+# The recommendation's `changes` key that names a MIG profile (gpuwise.act.mig reads it).
+MIG_PROFILE_CHANGE = "migProfile"
+# ...and the extended resource a worker requests for it (the device plugin's `mixed` strategy).
+MIG_RESOURCE_CHANGE = "resource"
+MIB_PER_GB = 1000**3 / 2**20
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,11 @@ class DiagnosisThresholds:
     idle_seconds: float = 600.0  # GPUs allocated but no step for this long
     tensor_activity: float = 0.1  # below this, tensor cores are not being used
     persistent_slowdown: float = 1.1  # a worker steadily this much slower than its peers is worth a note
+    oversized_activity: float = 0.3  # below this compute activity (0-1) a whole GPU is more than the job needs
+    mig_fill: float = 0.8  # size a MIG slice so the job's compute fills at most this share of it
+    mig_memory_margin: float = 0.2  # and its memory holds the peak plus this share
+    collective_pcie_bytes: float = 50e6  # PCIe traffic (B/s per GPU, each way) below which nothing is exchanged
+    collective_symmetry: float = 2.0  # sent and received within this factor of each other: collectives
 
 
 @dataclass(frozen=True)
@@ -273,12 +285,214 @@ def slow_worker(ctx: Context, samples: list[tuple[float, int, float]]) -> Diagno
     return finding.model_copy(update={"worker": worker}), None
 
 
+def compute_activity(window: JobWindow) -> tuple[Sequence[float], str]:
+    """Per sample, how much of its GPU the job keeps computing (0-1), and which metric says so.
+
+    SM activity where the GPU measures it; otherwise GPU utilization, which is an upper bound (a
+    kernel on a single SM counts as busy), so a rule reading it errs towards "busy".
+    """
+    if window.sm_active:
+        return window.sm_active, "smActivity"
+    return [u / 100 for u in window.gpu_utilization], "gpuUtilization"
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    """The smallest value that at least `share` of `values` do not exceed."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def smallest_mig_profile(model: str | None, slices: int, memory_mib: float) -> tuple[MigProfile | None, str]:
+    """The smallest MIG profile, short of the whole GPU, with `slices` compute slices and `memory_mib`.
+
+    None with the reason when there is none: the model has no MIG table, or nothing smaller fits.
+    """
+    if model is None:
+        return None, "the GPU model is not known"
+    try:
+        table = gpu_model(model)
+    except UnknownGpuModelError:
+        return None, f"{model} has no MIG profiles"
+    fitting = [
+        p
+        for p in table.profiles
+        if slices <= p.compute_slices < COMPUTE_SLICES and p.memory_gb * MIB_PER_GB >= memory_mib
+    ]
+    if not fitting:
+        return None, f"no MIG profile of {table.name} smaller than the whole GPU fits"
+    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)), ""
+
+
+def oversized_gpu(ctx: Context) -> Diagnosis | None:
+    """Low compute and low memory for the whole window: a MIG slice would do, and free the rest.
+
+    The slice is sized from what the job used: compute slices for the 90th percentile of its
+    activity, filled to at most `mig_fill`, and memory for its peak plus `mig_memory_margin`. Only
+    for one GPU per worker (a slice serves one process, and slices have no peer-to-peer), and not
+    while the job waits on input: fixed input needs more compute, so that comes first.
+    """
+    w, t = ctx.window, ctx.thresholds
+    if w.memory_used_mib is None or not w.memory_total_mib or w.gpus != max(1, len(w.worker_step_seconds)):
+        return None
+    activity, metric = compute_activity(w)
+    used = w.memory_used_mib / w.memory_total_mib
+    if not activity or used >= t.memory_headroom:
+        return None
+    if (wait := w.mean(w.data_wait_fraction)) is not None and wait >= t.data_wait_fraction:
+        return None
+    if not ctx.sustained("OversizedGPU", activity, lambda a: a < t.oversized_activity):
+        return None
+    needed = _percentile(activity, ctx.sustain.hold_fraction)
+    slices = max(1, math.ceil(needed * COMPUTE_SLICES / t.mig_fill))
+    profile, why_not = smallest_mig_profile(w.gpu_model, slices, w.memory_used_mib * (1 + t.mig_memory_margin))
+    if profile is None and w.gpu_model is not None and "no MIG profiles" not in why_not:
+        return None  # a MIG GPU on which no smaller slice fits: the job needs the whole of it
+    peak_gib = w.memory_used_mib / 1024
+    finding = ctx.finding(
+        "OversizedGPU",
+        0.4 + (t.oversized_activity - needed) + (0.1 if metric == "smActivity" else 0.0),
+        f"The GPU computes under {t.oversized_activity:.0%} of the time ({needed:.0%} in 90% of samples, "
+        f"{'SM activity' if metric == 'smActivity' else 'GPU utilization'}) and memory peaks at "
+        f"{peak_gib:.1f} GiB ({used:.0%}): "
+        + (f"a MIG slice {profile.name} would do." if profile else f"a smaller GPU would do; {why_not}."),
+        **{f"{metric}P90": needed},
+        memoryPeakMiB=f"{w.memory_used_mib:.0f}",
+        gpuModel=w.gpu_model,
+        migProfile=profile.name if profile else f"none: {why_not}",
+    )
+    if profile is None:
+        return finding, None
+    recommendation = Recommendation(
+        action=ActionKind.MIG_REPARTITION,
+        finding="OversizedGPU",
+        message=f"Run each worker on a MIG slice {profile.name}: request {profile.resource_name}: 1 "
+        "instead of a whole GPU.",
+        changes={MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name},
+        expected_effect=f"frees {COMPUTE_SLICES - profile.compute_slices} of {COMPUTE_SLICES} compute slices "
+        "of each GPU for other jobs at the same step time",
+    )
+    return finding, recommendation
+
+
+def throttling(ctx: Context) -> Diagnosis | None:
+    """A worker's GPU runs with its SM clocks held down by thermal or power protection, sustained.
+
+    Read from the clock-event reasons NVML reports (DCGM_FI_DEV_CLOCKS_EVENT_REASONS), only the
+    bits in `CLOCK_SLOWDOWNS`: a GPU merely at its software power cap is busy, not faulty. Where the
+    series is absent (an older sidecar, dcgm-exporter without the field) there is no finding. The
+    cause is the node (cooling, power delivery), so the fix is to run elsewhere.
+    """
+    throttled = {
+        worker: series
+        for worker, series in ctx.window.clock_slowdowns.items()
+        if ctx.sustained("Throttling", series, lambda bits: bits > 0)
+    }
+    if not throttled:
+        return None
+    shares = {worker: sum(bits > 0 for bits in series) / len(series) for worker, series in throttled.items()}
+    worker = max(shares, key=lambda w: shares[w])
+    series = throttled[worker]
+    reasons = [
+        name for bit, name in CLOCK_SLOWDOWNS.items() if sum(int(b) & bit > 0 for b in series) * 2 >= len(series)
+    ]
+    finding = ctx.finding(
+        "Throttling",
+        0.6 + shares[worker] / 4,
+        f"Worker {worker}'s GPU clocks were held down in {shares[worker]:.0%} of samples "
+        f"({', '.join(reasons) or 'changing reasons'}); every synchronous step waits for it.",
+        worker=worker,
+        throttledShare=shares[worker],
+        reasons=", ".join(reasons) or None,
+        throttledWorkers=len(throttled),
+    )
+    recommendation = Recommendation(
+        action=ActionKind.RESCHEDULE,
+        finding="Throttling",
+        message=f"Restart the job away from worker {worker}'s node (after a checkpoint) and have its cooling "
+        "or power delivery checked.",
+        changes={},
+        expected_effect="full clock speed on every worker",
+    )
+    return finding.model_copy(update={"worker": worker}), recommendation
+
+
+def communication_bound(ctx: Context) -> Diagnosis | None:
+    """A multi-node job whose steps are spent neither computing nor waiting for input, while its
+    GPUs exchange data: the all-reduce between nodes is the bottleneck.
+
+    A finding needs all of these over the job's window, and nothing else is read:
+
+    - at least two workers report step times (gradients cross nodes every step);
+    - compute activity (SM activity where measured, else GPU utilization) is under the job's
+      utilization threshold, sustained;
+    - the data-wait fraction is under its threshold, sustained: the step does not wait for input;
+    - the GPUs' PCIe traffic (mean per GPU) is at least `collective_pcie_bytes` each way and
+      symmetric, sent and received within `collective_symmetry` of each other. Collectives send
+      what they receive; input loading mostly receives and checkpointing mostly sends.
+
+    Not read, because no metric shows it yet: step time against the number of workers (a run
+    has one count), NVLink traffic, NCCL's own timings. Known miss: GPU utilization counts NCCL
+    kernels waiting for the network as busy, so without SM activity an NCCL job may look busy
+    and get no finding; it never gets a false one from that.
+    """
+    w, t = ctx.window, ctx.thresholds
+    tx, rx = w.pcie_tx_bytes_per_second, w.pcie_rx_bytes_per_second
+    if len(w.worker_step_seconds) < 2 or tx is None or rx is None or min(tx, rx) < t.collective_pcie_bytes:
+        return None
+    if max(tx, rx) > t.collective_symmetry * min(tx, rx):
+        return None
+    activity, metric = compute_activity(w)
+    busy = t.gpu_utilization / 100
+    if not ctx.sustained("CommunicationBound", activity, lambda a: a < busy):
+        return None
+    if not ctx.sustained("CommunicationBound", w.data_wait_fraction, lambda f: f < t.data_wait_fraction):
+        return None
+    computing, waiting = w.mean(activity) or 0.0, w.mean(w.data_wait_fraction) or 0.0
+    elsewhere = max(0.0, 1 - computing - waiting)
+    finding = ctx.finding(
+        "CommunicationBound",
+        0.45 + (0.1 if metric == "smActivity" else 0.0),
+        f"{len(w.worker_step_seconds)} workers spend about {elsewhere:.0%} of each step neither computing "
+        f"({computing:.0%}) nor waiting for input ({waiting:.0%}), while their GPUs send and receive "
+        f"{tx / 1e9:.2g}/{rx / 1e9:.2g} GB/s over PCIe: the exchange between nodes holds the steps.",
+        workers=len(w.worker_step_seconds),
+        **{metric: computing},
+        dataWaitFraction=waiting,
+        outsideComputeAndInput=elsewhere,
+        pcieTxBytesPerSecond=tx,
+        pcieRxBytesPerSecond=rx,
+    )
+    # One all-reduce per optimizer step: accumulating over twice the micro-batches halves them per
+    # sample, at twice the global batch, so not when the job must keep its global batch.
+    accumulation, current = ctx.tunables.gradient_accumulation_steps, w.gradient_accumulation_steps
+    changes: dict[str, str] = {}
+    if accumulation is not None and current is not None and not ctx.tunables.keep_global_batch_size:
+        changes = (
+            {accumulation.env: str(proposal)} if (proposal := min(accumulation.max, 2 * current)) > current else {}
+        )
+    recommendation = Recommendation(
+        action=ActionKind.ADJUST_CONFIG,
+        finding="CommunicationBound",
+        message="Accumulate gradients over twice the micro-batches (under DDP's no_sync()): half the all-reduces "
+        "per sample."
+        if changes
+        else "Accumulate gradients over more micro-batches unless the global batch must stay, raise DDP's "
+        "bucket_cap_mb, and overlap communication with the backward pass; no declared tunable can do it.",
+        changes=changes,
+        expected_effect="half the all-reduces per sample" if changes else None,
+    )
+    return finding, recommendation
+
+
 RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
     idle,
     input_bound,
     small_batch,
     no_mixed_precision,
     straggler,
+    oversized_gpu,
+    throttling,
+    communication_bound,
 )
 
 

@@ -18,6 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
+
+# NVML clock-event reasons (DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits) that mean the SM clocks are held
+# down by the GPU's thermal or power protection. Left out on purpose: GPU idle, application or
+# user clock settings, sync boost, display clocks, and the software power cap (0x4), which is how
+# a fully busy GPU normally runs: drawing its configured power limit is not a fault.
+CLOCK_SLOWDOWNS: Final[Mapping[int, str]] = {
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class JobWindow:
     # Per-sample series over the window (job-wide means at each sample time).
     gpu_utilization: Sequence[float] = ()  # %, 0–100
     data_wait_fraction: Sequence[float] = ()  # 0–1 of step time spent waiting for input
+    sm_active: Sequence[float] = ()  # 0–1, the busiest GPU's DCGM_FI_PROF_SM_ACTIVE; empty where unmeasured
     # Facts over the window; None when not measured.
     sm_activity: float | None = None  # 0–1, GPM / DCGM_FI_PROF_SM_ACTIVE
     tensor_activity: float | None = None  # 0–1
@@ -61,6 +74,11 @@ class JobWindow:
     memory_by_batch: Sequence[tuple[int, float]] = field(default_factory=tuple)
     # Per worker index: (unix time, mean step seconds) samples, for stragglers.
     worker_step_seconds: Mapping[int, Sequence[tuple[float, float]]] = field(default_factory=dict)
+    # Per worker index, per sample: the CLOCK_SLOWDOWNS bits set on its most throttled GPU (0: none).
+    clock_slowdowns: Mapping[int, Sequence[float]] = field(default_factory=dict)
+    # Mean PCIe traffic per GPU over the window, bytes/s (TX: sent by the GPU, RX: received).
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
 
     @property
     def expected_samples(self) -> int:

@@ -52,6 +52,13 @@ PCIE_RX: Final = Metric(
     "The rate of data received over the PCIe bus, in bytes per second.",
     Scope.DEVICE,
 )
+CLOCKS_EVENT_REASONS: Final = Metric(
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    _G,
+    "bitmask",
+    "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).",
+    Scope.DEVICE,
+)
 XID_LAST: Final = Metric("DCGM_FI_DEV_XID_ERRORS", _G, "1", "Value of the last XID error encountered.", Scope.DEVICE)
 # Profiling metrics: from NVML GPM on Hopper and later, per GPU and per MIG instance.
 GR_ENGINE_ACTIVE: Final = Metric(
@@ -303,6 +310,13 @@ JOB_DATA_WAIT: Final = Metric(
     "ratio",
     "Mean share of step time a running TrainingJob waited for input over its efficiency window "
     "(absent when unmeasured).",
+    Scope.TRAININGJOB,
+)
+JOB_GPU_UTIL_THRESHOLD: Final = Metric(
+    "gpuwise_job_gpu_utilization_threshold_percent",
+    _G,
+    "%",
+    "A running TrainingJob's spec.efficiency.thresholds.gpuUtilization: below it the job is underutilized.",
     Scope.TRAININGJOB,
 )
 

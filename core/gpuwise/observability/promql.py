@@ -37,10 +37,12 @@ def increase(metric: Metric, window: str, *matchers: str) -> str:
     return f"increase({sel(metric, *matchers)}[{window}])"
 
 
-def with_trainingjob(expr: str, *matchers: str) -> str:
+def with_trainingjob(expr: str, *matchers: str, worker: bool = False) -> str:
     """Give per-pod series (such as dcgm-exporter's, which know only the pod) their TrainingJob label.
 
-    `gpuwise_sidecar_info` carries the job labels of every sidecar: one series per pod.
+    `gpuwise_sidecar_info` carries the job labels of every sidecar: one series per pod. With
+    `worker`, the series also get the pod's worker index.
     """
     info = sel(catalog.SIDECAR_INFO, *matchers)
-    return f"{expr} * on (namespace, pod) group_left (trainingjob) group by (namespace, pod, trainingjob) ({info})"
+    carried = "trainingjob, worker" if worker else "trainingjob"
+    return f"{expr} * on (namespace, pod) group_left ({carried}) group by (namespace, pod, {carried}) ({info})"
