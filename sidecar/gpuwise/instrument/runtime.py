@@ -3,6 +3,8 @@
 `GPUWISE_SOCKET` says where the sidecar listens; `GPUWISE_INSTRUMENT` says how much to do:
 `auto` (hook PyTorch), `manual` (only the explicit API), `disabled` (nothing). Without a socket
 there is nobody to tell, and every call of the public API is a cheap no-op.
+`GPUWISE_CHECKPOINT_REQUEST_FILE` says where gpuwise's checkpoint requests appear (the pod's
+downward-API file); without it there are none to answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 from typing import Final
 
 from gpuwise import wiring
+from gpuwise.instrument import wire
+from gpuwise.instrument.checkpoint import Checkpoints
 from gpuwise.instrument.sender import Sender
 from gpuwise.instrument.tracker import Tracker
 
@@ -46,7 +50,11 @@ def current() -> Tracker | None:
 def _resolve() -> Tracker | None:
     path = os.environ.get(wiring.ENV_SOCKET, "")
     if path and mode() != "disabled":
-        tracker = _Process.tracker = Tracker(Sender(path), rank=_local_rank())
+        sender = Sender(path)
+        tracker = _Process.tracker = Tracker(sender, rank=_local_rank())
+        requests = os.environ.get(wiring.ENV_CHECKPOINT_REQUEST_FILE, "")
+        if requests:
+            tracker.checkpoints = Checkpoints(requests, sender.send, warn, local_rank=_local_rank(), rank=_rank())
         os.register_at_fork(after_in_child=tracker.forked)
         atexit.register(tracker.flush)
     _Process.resolved = True
@@ -59,6 +67,15 @@ def _local_rank() -> int:
         return min(max(int(os.environ.get("LOCAL_RANK", "0")), 0), 0xFFFF)
     except ValueError:
         return 0
+
+
+def _rank() -> int:
+    """RANK, the process's global rank (torchrun's, or the node rank with one process per node)."""
+    try:
+        rank = int(os.environ.get("RANK", ""))
+    except ValueError:
+        return wire.UNKNOWN
+    return rank if 0 <= rank < 2**31 else wire.UNKNOWN
 
 
 _warned: set[str] = set()

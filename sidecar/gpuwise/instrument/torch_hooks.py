@@ -12,6 +12,9 @@
 - **CUDA memory peaks** are read at most once a second (the statistics call is not cheap), only
   once the program has initialised CUDA itself (initialising it from here would break DataLoader
   workers forked later), and never reset (the program may be reading them too).
+- **Checkpoints** (when the pod asks for them, see `checkpoint`): `torch.save` to a file, and
+  `torch.distributed.checkpoint.save`, answer a pending checkpoint request once they return. A
+  `torch.save` into memory (a `BytesIO`) is not a checkpoint and answers nothing.
 
 torch is passed in, never imported here: this module must load in processes without it.
 """
@@ -19,12 +22,18 @@ torch is passed in, never imported here: this module must load in processes with
 from __future__ import annotations
 
 import functools
+import os
 import time
 import weakref
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
+from gpuwise.instrument import importhook
+from gpuwise.instrument.checkpoint import Checkpoints
 from gpuwise.instrument.tracker import Tracker
+
+Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def install(torch: Any, tracker: Tracker) -> Callable[[], None]:
@@ -39,6 +48,15 @@ def install(torch: Any, tracker: Tracker) -> Callable[[], None]:
         _patch(_BaseDataLoaderIter, "__next__", _timed_next(tracker, torch.is_grad_enabled)),
         _patch(autocast, "__enter__", _noticed_enter(tracker)),
     ]
+    checkpoints = tracker.checkpoints
+    if checkpoints is not None:
+        undo.append(_patch(torch, "save", _answering(checkpoints, _torch_save_path)))
+
+        def hook_distributed_checkpoint(dcp: ModuleType) -> None:
+            if tracker.hooked:
+                undo.append(_patch(dcp, "save", _answering(checkpoints, _dcp_save_path)))
+
+        importhook.when_imported("torch.distributed.checkpoint", hook_distributed_checkpoint)
     tracker.autocast_known = tracker.hooked = True
     tracker.memory_probe = _cuda_peaks(torch.cuda)
 
@@ -152,9 +170,42 @@ def _cuda_peaks(cuda: Any) -> Callable[[], tuple[int, int] | None]:
     return probe
 
 
-def _patch(
-    owner: type, name: str, wrapper: Callable[[Callable[[Any], Any]], Callable[[Any], Any]]
-) -> Callable[[], None]:
+def _answering(checkpoints: Checkpoints, checkpoint_path: Callable[[Any, Any], str | None]) -> Wrapper:
+    """Wrap a save function: once it returns, a checkpoint is saved (unless it has no path: None)."""
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def save(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            try:
+                path = checkpoint_path(args, kwargs)
+                if path is not None:
+                    checkpoints.saved(path or None)
+            except Exception:
+                pass
+            return result
+
+        return save
+
+    return wrap
+
+
+def _torch_save_path(args: Any, kwargs: Any) -> str | None:
+    """Where `torch.save(obj, f)` wrote: a path, or an open file's name; None for a memory buffer."""
+    target = args[1] if len(args) > 1 else kwargs.get("f")
+    if isinstance(target, str | bytes | os.PathLike):
+        return os.fsdecode(target)
+    name = getattr(target, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _dcp_save_path(args: Any, kwargs: Any) -> str:
+    """Where `torch.distributed.checkpoint.save` wrote ("" when its storage writer does not say)."""
+    target = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
+    return os.fsdecode(target) if isinstance(target, str | bytes | os.PathLike) else ""
+
+
+def _patch(owner: Any, name: str, wrapper: Wrapper) -> Callable[[], None]:
     original = owner.__dict__[name]
     setattr(owner, name, wrapper(original))
 

@@ -6,7 +6,8 @@ more. The totals are brought up to date (`_fold`) and sent at most every `send_i
 datagrams carry running totals, steps closer together than that travel together (the sidecar
 spreads their time over its histogram), and a loop of 300 µs steps costs one `struct.pack` and
 one non-blocking `sendto` every 10 ms, here and in the sidecar that would wake for each.
-Anything slower (CUDA memory statistics) runs at most once a second. There is no lock: a
+Anything slower (CUDA memory statistics, a look for a checkpoint request) runs at most once a
+second. There is no lock: a
 training loop steps from one thread, and a lost update in a racy corner costs a count, never a
 crash.
 
@@ -25,7 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from gpuwise.instrument import wire
+from gpuwise.instrument import checkpoint, wire
+from gpuwise.instrument.checkpoint import Checkpoints
 from gpuwise.instrument.sender import Sender
 
 # How often the (slower) memory probe may run, in seconds.
@@ -49,6 +51,7 @@ class Tracker:
         "_paused",
         "_pending_samples",
         "_pending_wait",
+        "_poll_at",
         "_previous_end",
         "_probe_at",
         "_rank",
@@ -61,6 +64,7 @@ class Tracker:
         "_unsent",
         "autocast_known",
         "batch_size",
+        "checkpoints",
         "cuda_allocated_peak",
         "cuda_reserved_peak",
         "hooked",
@@ -100,7 +104,7 @@ class Tracker:
         self._explicit_samples: int | None = None
         self._samples_known = False
         self._autocast_seen = False
-        self._sent_at = self._probe_at = float("-inf")
+        self._sent_at = self._probe_at = self._poll_at = float("-inf")
         self._owed = False  # folded totals that did not leave
         self._started = clock()
         # An explicit step_end() was seen: the optimizer hook stops marking steps.
@@ -119,6 +123,8 @@ class Tracker:
         self.cuda_allocated_peak = wire.UNKNOWN
         self.cuda_reserved_peak = wire.UNKNOWN
         self.memory_probe: MemoryProbe | None = None
+        # gpuwise's checkpoint requests, where the pod projects them (see `checkpoint`).
+        self.checkpoints: Checkpoints | None = None
 
     # --- the hot path ----------------------------------------------------------------------------
 
@@ -176,6 +182,8 @@ class Tracker:
             self._owed = not self._sender.send(self._encode())
             if self._owed:
                 time.sleep(0.002)
+        while self.checkpoints is not None and not self.checkpoints.resend() and self._clock() < deadline:
+            time.sleep(0.002)
 
     def forked(self) -> None:
         """In a forked child (a DataLoader worker): a new pid, and nothing owed."""
@@ -216,6 +224,10 @@ class Tracker:
             self._probe_memory()
         self._owed = not self._sender.send(self._encode())
         self._autocast_seen = False
+        # After the step's datagram: a checkpoint the callback saves here delays nothing reported.
+        if self.checkpoints is not None and now - self._poll_at >= checkpoint.POLL_INTERVAL:
+            self._poll_at = now
+            self.checkpoints.poll()
 
     def _encode(self) -> bytes:
         flags = 0
