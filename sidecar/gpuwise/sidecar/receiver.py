@@ -1,5 +1,8 @@
 """The step-event receiver: a unix datagram socket on the pod's shared volume, read by a thread.
 
+Two kinds of datagram arrive there (see `gpuwise.instrument.wire`): step events, which go to the
+step book, and checkpoint acknowledgements, which go to the checkpoint book.
+
 Datagrams keep the sender simple and non-blocking, and keep the sidecar's memory bounded by the
 kernel's socket queue. What the sidecar reads is bounded too: a token bucket caps the events it
 parses per second (anything above is a misbehaving sender, and since events carry running totals,
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Final
 
 from gpuwise.instrument import wire
+from gpuwise.sidecar.checkpoints import CheckpointAcks
 from gpuwise.sidecar.steps import StepBook, StepDelta
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,7 @@ class Receiver:
     ) -> None:
         self.path = path
         self.book = book
+        self.acks = CheckpointAcks()
         self.received = 0
         self.dropped: Counter[str] = Counter()
         self._bucket = _TokenBucket(rate)
@@ -102,7 +107,7 @@ class Receiver:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                data = self._socket.recv(wire.SIZE + 1)  # anything longer arrives truncated: malformed
+                data = self._socket.recv(wire.MAX_SIZE + 1)  # anything longer arrives truncated: malformed
             except TimeoutError:
                 continue
             except OSError as exc:
@@ -119,9 +124,12 @@ class Receiver:
             self.dropped[FLOOD] += 1
             return
         try:
-            event = wire.decode(data)
+            event = wire.parse(data)
         except wire.MalformedEvent:
             self.dropped[MALFORMED] += 1
+            return
+        if isinstance(event, wire.CheckpointAck):
+            self.acks.record(event, now)
             return
         try:
             delta = self.book.record(event, now)

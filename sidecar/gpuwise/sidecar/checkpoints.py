@@ -1,0 +1,55 @@
+"""The checkpoint acknowledgements a worker's training processes sent, for the operator to see.
+
+The operator restarts a job only once Prometheus shows that worker 0 acknowledged its checkpoint
+request (`gpuwise_checkpoint_ack_timestamp_seconds{request_id=...}`). Worker 0 holds global rank 0,
+and on every worker the process that counts is local rank 0: under torchrun it is the worker's
+first rank (on worker 0, rank 0, the one that saves in `if rank == 0: torch.save(...)`), and with
+a callback every rank answers, so waiting for local rank 0 never restarts a job whose rank 0 is
+still writing. Answers from other local ranks are logged and otherwise ignored.
+
+A request is answered once; a repeated answer (a restarted process reading the same request)
+keeps the first time. Only the latest `MAX_REQUESTS` requests are kept: the operator waits for
+one request at a time per job, and the series must not grow with the job's history.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Final
+
+from gpuwise.instrument.wire import CheckpointAck
+
+log = logging.getLogger(__name__)
+
+MAX_REQUESTS: Final = 8
+# The training process whose answer stands for the worker's.
+ANSWERING_LOCAL_RANK: Final = 0
+
+
+class CheckpointAcks:
+    def __init__(self, limit: int = MAX_REQUESTS) -> None:
+        self._lock = threading.Lock()
+        self._limit = limit
+        self._acknowledged: OrderedDict[str, float] = OrderedDict()
+
+    def record(self, ack: CheckpointAck, now: float) -> bool:
+        """Note `ack`, received at unix time `now`; True when it acknowledged a request for the first time."""
+        where = f" at {ack.path}" if ack.path else ""
+        if ack.local_rank != ANSWERING_LOCAL_RANK:
+            log.info("checkpoint request %s: local rank %d saved%s", ack.request_id, ack.local_rank, where)
+            return False
+        with self._lock:
+            if ack.request_id in self._acknowledged:
+                return False
+            self._acknowledged[ack.request_id] = now
+            while len(self._acknowledged) > self._limit:
+                self._acknowledged.popitem(last=False)
+        log.info("checkpoint request %s acknowledged by rank %d (pid %d)%s", ack.request_id, ack.rank, ack.pid, where)
+        return True
+
+    def latest(self) -> list[tuple[str, float]]:
+        """(request id, unix time of its acknowledgement), oldest first."""
+        with self._lock:
+            return list(self._acknowledged.items())
