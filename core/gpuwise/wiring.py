@@ -21,6 +21,13 @@ STEP_SOCKET: Final = f"{RUNTIME_DIR}/steps.sock"
 # so trainer images need not have gpuwise installed for `instrumentation: Auto`.
 INSTRUMENT_PYTHONPATH: Final = f"{RUNTIME_DIR}/python"
 
+# --- the trainer's read-only view of its pod (downward API) ---------------------------------
+PODINFO_VOLUME: Final = "gpuwise-podinfo"
+PODINFO_DIR: Final = "/etc/gpuwise/podinfo"
+# The pod's checkpoint-request annotation as a file: the request id, or empty. The kubelet
+# refreshes it when the annotation changes (within its sync period, typically a minute).
+CHECKPOINT_REQUEST_FILE: Final = f"{PODINFO_DIR}/checkpoint-request"
+
 # --- the sidecar container ------------------------------------------------------------------
 SIDECAR_CONTAINER: Final = "gpuwise-sidecar"
 METRICS_PORT: Final = 9400  # dcgm-exporter's port, so existing scrape configs keep working

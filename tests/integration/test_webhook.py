@@ -86,6 +86,11 @@ def test_webhook_injects_the_sidecar_into_labelled_pods(
     }
     env = env_of(mutated["spec"]["containers"][0])
     assert env["PYTHONPATH"] == "/var/run/gpuwise/python:/workspace"
+    # The checkpoint handshake: the pod's request annotation reaches the trainer as a file.
+    assert env["GPUWISE_CHECKPOINT_REQUEST_FILE"] == "/etc/gpuwise/podinfo/checkpoint-request"
+    podinfo = {"name": "gpuwise-podinfo", "mountPath": "/etc/gpuwise/podinfo", "readOnly": True}
+    assert podinfo in mutated["spec"]["containers"][0]["volumeMounts"]
+    assert "gpuwise-podinfo" in [volume["name"] for volume in mutated["spec"]["volumes"]]
     assert mutated["metadata"]["annotations"]["gpuwise.io/sidecar-injected"] == "true"
     # Passing the webhook twice adds nothing.
     again = review(mutated)

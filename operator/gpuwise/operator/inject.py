@@ -8,6 +8,11 @@ The sidecar is a *native* sidecar (an init container with `restartPolicy: Always
 ≥ 1.29): a classic sidecar container would keep a batch Job from ever completing. Its startup
 probe holds the trainer back until the sidecar has bound the step socket and copied the
 instrumentation package into the shared volume, so the trainer never races it.
+
+The trainer also gets the pod's checkpoint-request annotation as a read-only downward-API file:
+the operator asks for a checkpoint by annotating the pod, and the instrumentation library reads
+the file at step boundaries (the kubelet refreshes it within its sync period, about a minute).
+The kubelet projects it, so the sidecar needs neither a Kubernetes client nor RBAC to watch its pod.
 """
 
 from __future__ import annotations
@@ -85,11 +90,19 @@ def sidecar_container(settings: SidecarSettings, sample_interval: float, trainin
     }
 
 
+def podinfo_volume() -> JsonDict:
+    """The downward-API volume holding the pod's checkpoint request (an empty file without one)."""
+    annotation = f"metadata.annotations['{wiring.ANNOTATION_CHECKPOINT_REQUEST}']"
+    item = {"path": wiring.CHECKPOINT_REQUEST_FILE.rsplit("/", 1)[1], "fieldRef": {"fieldPath": annotation}}
+    return {"name": wiring.PODINFO_VOLUME, "downwardAPI": {"items": [item]}}
+
+
 def trainer_env(instrumentation: Instrumentation, user_env: list[JsonDict]) -> list[JsonDict]:
     """What a training container needs to reach the sidecar (and, with Auto, to self-instrument)."""
     env: list[JsonDict] = [
         {"name": wiring.ENV_SOCKET, "value": wiring.STEP_SOCKET},
         {"name": wiring.ENV_INSTRUMENT, "value": instrumentation.value.lower()},
+        {"name": wiring.ENV_CHECKPOINT_REQUEST_FILE, "value": wiring.CHECKPOINT_REQUEST_FILE},
     ]
     if instrumentation is not Instrumentation.DISABLED:
         # Manual users import gpuwise.instrument themselves; it must be importable for them too.
@@ -118,12 +131,15 @@ def inject_sidecar(
         return spec
     # Native sidecars start in order: put ours first so user init containers can already report.
     init_containers.insert(0, sidecar_container(settings, sample_interval, trainingjob))
-    spec.setdefault("volumes", []).append({"name": wiring.RUNTIME_VOLUME, "emptyDir": {}})
-    mount = {"name": wiring.RUNTIME_VOLUME, "mountPath": wiring.RUNTIME_DIR}
+    spec.setdefault("volumes", []).extend([{"name": wiring.RUNTIME_VOLUME, "emptyDir": {}}, podinfo_volume()])
+    mounts: list[JsonDict] = [
+        {"name": wiring.RUNTIME_VOLUME, "mountPath": wiring.RUNTIME_DIR},
+        {"name": wiring.PODINFO_VOLUME, "mountPath": wiring.PODINFO_DIR, "readOnly": True},
+    ]
     for container in spec.get("containers", []):
         user_env: list[JsonDict] = container.get("env", [])
         ours = trainer_env(instrumentation, user_env)
         ours_names = {e["name"] for e in ours}
         container["env"] = ours + [e for e in user_env if e.get("name") not in ours_names]
-        container.setdefault("volumeMounts", []).append(dict(mount))
+        container.setdefault("volumeMounts", []).extend(dict(mount) for mount in mounts)
     return spec
