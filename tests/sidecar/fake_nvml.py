@@ -47,6 +47,7 @@ class FakeGpu:
     sm_mhz: int = 1755
     mem_mhz: int = 2619
     pcie_kib: tuple[int, int] = (1000, 3000)
+    clock_events: int = 0x4  # NVML clock-event reasons: at the software power cap, as a busy GPU is
     replays: int = 2
     processes: list[tuple[int, int | None, int | None]] = field(default_factory=list)  # pid, bytes, GI
     process_util: list[tuple[int, int, int]] = field(default_factory=list)  # pid, sm %, timestamp µs
@@ -55,6 +56,7 @@ class FakeGpu:
     gpm: dict[int, float] | None = None  # metric id -> percent; None: GPM unsupported
     unsupported: set[str] = field(default_factory=set)  # function names answering NOT_SUPPORTED
     broken: set[str] = field(default_factory=set)  # function names raising RuntimeError
+    missing: set[str] = field(default_factory=set)  # functions the driver lacks (FUNCTION_NOT_FOUND)
     xid_supported: bool = True
     lost: bool = False
 
@@ -102,6 +104,8 @@ class FakeNvml:
             raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if function in gpu.broken:
             raise RuntimeError(f"{function} broke")
+        if function in gpu.missing:
+            raise NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         return gpu
 
     def xid(self, gpu: int, code: int) -> None:
@@ -194,6 +198,12 @@ class FakeNvml:
     def nvmlDeviceGetClockInfo(self, handle: Handle, clock: int) -> int:
         gpu = self._check("nvmlDeviceGetClockInfo", handle)
         return gpu.sm_mhz if clock == pynvml.NVML_CLOCK_SM else gpu.mem_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Handle) -> int:
+        return self._check("nvmlDeviceGetCurrentClocksEventReasons", handle).clock_events
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Handle) -> int:
+        return self._check("nvmlDeviceGetCurrentClocksThrottleReasons", handle).clock_events
 
     def nvmlDeviceGetPcieThroughput(self, handle: Handle, counter: int) -> int:
         gpu = self._check("nvmlDeviceGetPcieThroughput", handle)

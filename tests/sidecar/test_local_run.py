@@ -86,6 +86,19 @@ def test_simulated_gpus_and_prometheus_while_it_runs(short_tmp: Path) -> None:
     assert "Try: num_workers=1" in finding["recommendation"], "local tunables are the settings themselves"
 
 
+def test_a_throttled_simulated_gpu_is_found_by_the_local_report(short_tmp: Path) -> None:
+    child = "import time\nfrom gpuwise import instrument\n"
+    child += "for _ in range(60):\n    time.sleep(0.02)\n    instrument.step_end()"
+    result = gpuwise_run(
+        "--simulate", "throttled", "--interval", "0.2", "--report", str(short_tmp / "hot.json"),
+        "--", sys.executable, "-c", child,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((short_tmp / "hot.json").read_text())
+    (finding,) = [d for d in report["diagnosis"] if d["kind"] == "Throttling"]
+    assert "software thermal slowdown, hardware thermal slowdown" in finding["message"]
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [

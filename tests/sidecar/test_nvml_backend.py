@@ -106,6 +106,20 @@ def test_unsupported_readings_are_absent_and_counted(harness_for) -> None:
     assert value(series, "DCGM_FI_DEV_GPU_TEMP") == 61, "the rest is unaffected"
 
 
+def test_clock_event_reasons_under_either_name_and_absent_when_unsupported(harness_for) -> None:
+    new, old, none = (
+        FakeGpu(0, clock_events=0x40 | 0x20),
+        FakeGpu(1, clock_events=0x8, missing={"nvmlDeviceGetCurrentClocksEventReasons"}),
+        FakeGpu(2, unsupported={"nvmlDeviceGetCurrentClocksEventReasons"}),
+    )
+    h = harness_for(new, old, none)
+    series = h.sample()
+    assert value(series, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu="0") == 0x60
+    assert value(series, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu="1") == 0x8, "a pre-R535 driver's throttle reasons"
+    assert not select(series, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu="2"), "never a fake zero"
+    assert h.errors(series, field="DCGM_FI_DEV_CLOCKS_EVENT_REASONS", reason="not_supported") == 1
+
+
 def test_profiling_metrics_need_gpm(harness_for) -> None:
     h = harness_for(FakeGpu(0, gpm=dict(GPM_PERCENT)), FakeGpu(1))
     first = h.sample()

@@ -64,6 +64,12 @@ def test_scenarios_have_their_shapes() -> None:
     straggler, clock = scenario("straggler", 4)
     clocks = [mean(values_over(straggler, clock, 5, "DCGM_FI_DEV_SM_CLOCK", gpu)) for gpu in range(4)]
     assert clocks[3] < 0.6 * clocks[0], "the last GPU is throttled"
+    reasons = [values_over(straggler, clock, 1, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu)[0] for gpu in range(4)]
+    assert reasons == [0, 0, 0, 0x60], "...and says why: thermal slowdown"
+    hot, clock = scenario("throttled", 2)
+    assert mean(values_over(hot, clock, 5, "DCGM_FI_DEV_SM_CLOCK", 1)) < 0.65 * 1980
+    assert set(values_over(hot, clock, 5, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1)) == {0x60}
+    assert values_over(*scenario("idle"), 1, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS") == [0x1]
 
 
 def test_energy_is_a_counter_integrating_power() -> None:

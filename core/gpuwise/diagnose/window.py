@@ -32,6 +32,11 @@ CLOCK_SLOWDOWNS: Final[Mapping[int, str]] = {
 }
 
 
+def slowdown_bits(reasons: float) -> int:
+    """The `CLOCK_SLOWDOWNS` bits of a clock-event reasons mask."""
+    return int(reasons) & sum(CLOCK_SLOWDOWNS)
+
+
 @dataclass(frozen=True)
 class Sustain:
     hold_fraction: float = 0.9

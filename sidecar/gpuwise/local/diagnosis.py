@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from gpuwise.diagnose.window import JobWindow
+from gpuwise.diagnose.window import JobWindow, slowdown_bits
 from gpuwise.local.recorder import Recorder, Summary
 from gpuwise.metrics import catalog
 from gpuwise.sidecar.steps import ProcessSteps
@@ -66,6 +66,8 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
     start = steps[0].t - steps[0].seconds / steps[0].count if steps else 0.0
     end = steps[-1].t if steps else elapsed
     utilization: defaultdict[float, list[float]] = defaultdict(list)
+    sm_active: defaultdict[float, list[float]] = defaultdict(list)  # the busiest GPU at each time
+    slowdowns: defaultdict[float, list[int]] = defaultdict(list)  # the most throttled GPU at each time
     per_metric: defaultdict[str, list[float]] = defaultdict(list)
     busiest: tuple[float, float] | None = None  # (used, total) MiB of the fullest GPU sample
     gpus: set[int] = set()
@@ -75,7 +77,11 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
         values, gpus = record["values"], gpus | {record["gpu"]}
         if catalog.GPU_UTIL.name in values:
             utilization[record["t"]].append(values[catalog.GPU_UTIL.name])
-        for metric in (catalog.SM_ACTIVE, catalog.TENSOR_ACTIVE):
+        if catalog.SM_ACTIVE.name in values:
+            sm_active[record["t"]].append(values[catalog.SM_ACTIVE.name])
+        if catalog.CLOCKS_EVENT_REASONS.name in values:
+            slowdowns[record["t"]].append(slowdown_bits(values[catalog.CLOCKS_EVENT_REASONS.name]))
+        for metric in (catalog.SM_ACTIVE, catalog.TENSOR_ACTIVE, catalog.PCIE_TX, catalog.PCIE_RX):
             if metric.name in values:
                 per_metric[metric.name].append(values[metric.name])
         memory = [values.get(m.name) for m in (catalog.FB_USED, catalog.FB_FREE, catalog.FB_RESERVED)]
@@ -101,6 +107,10 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
         gpu_utilization=[statistics.fmean(values) for _, values in sorted(utilization.items())],
         data_wait_fraction=[wait / seconds for seconds, wait in waits.values() if seconds > 0],
         sm_activity=_mean(per_metric[catalog.SM_ACTIVE.name]),
+        sm_active=[max(values) for _, values in sorted(sm_active.items())],
+        clock_slowdowns={0: [float(max(bits)) for _, bits in sorted(slowdowns.items())]} if slowdowns else {},
+        pcie_tx_bytes_per_second=_mean(per_metric[catalog.PCIE_TX.name]),
+        pcie_rx_bytes_per_second=_mean(per_metric[catalog.PCIE_RX.name]),
         tensor_activity=_mean(per_metric[catalog.TENSOR_ACTIVE.name]),
         memory_used_mib=busiest[0] if busiest else None,
         memory_total_mib=busiest[1] if busiest else None,

@@ -178,6 +178,8 @@ class NvmlBackend:
         ):
             if (mhz := read(metric, nvml.nvmlDeviceGetClockInfo, handle, clock)) is not None:
                 builder.add(metric, device, mhz)
+        if (reasons := read(catalog.CLOCKS_EVENT_REASONS, self._clock_event_reasons, handle)) is not None:
+            builder.add(catalog.CLOCKS_EVENT_REASONS, device, reasons)
         for metric, counter in (
             (catalog.PCIE_TX, nvml.NVML_PCIE_UTIL_TX_BYTES),
             (catalog.PCIE_RX, nvml.NVML_PCIE_UTIL_RX_BYTES),
@@ -189,6 +191,16 @@ class NvmlBackend:
         self._xid.report(builder, device)
         self._sample_processes(builder, gpu)
         self._sample_gpm(builder, device, gpu.gpm, now, gpu.gpm_missing)
+
+    def _clock_event_reasons(self, handle: Any) -> int:
+        """Why the clocks are where they are (a bitmask). Drivers before R535 call these throttle reasons."""
+        nvml = self._nvml
+        try:
+            return int(nvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+        except Exception as exc:
+            if nvml_errors.reason(nvml, exc) != backend.UNAVAILABLE:
+                raise
+        return int(nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
 
     def _sample_memory(self, builder: SampleBuilder, device: Device, handle: Any) -> None:
         nvml = self._nvml

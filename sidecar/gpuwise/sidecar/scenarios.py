@@ -25,6 +25,7 @@ class Activity:
     pcie: float  # share of PCIe bandwidth
     clock: float = 1.0  # SM clock as a share of its maximum (below 1: throttled)
     heat: float = 0.0  # extra degrees C above what power explains
+    clock_events: int = 0  # NVML clock-event reasons bitmask (DCGM_FI_DEV_CLOCKS_EVENT_REASONS)
 
 
 def noise(*keys: int) -> float:
@@ -53,7 +54,12 @@ def _jitter(activity: Activity, t: float, gpu: int, amount: float) -> Activity:
     )
 
 
-IDLE: Final = Activity(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, clock=0.17)
+# NVML clock-event reasons the scenarios report.
+GPU_IDLE: Final = 0x1
+SW_THERMAL: Final = 0x20
+HW_THERMAL: Final = 0x40
+
+IDLE: Final = Activity(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, clock=0.17, clock_events=GPU_IDLE)
 # A well-fed mixed-precision training step: the GPU is busy and its tensor cores are used.
 STEADY: Final = Activity(0.97, 0.82, 0.45, 0.38, 0.55, 0.78, 0.85, 0.05)
 
@@ -87,8 +93,15 @@ def memory_light(t: float, gpu: int, gpus: int) -> Activity:
 def straggler(t: float, gpu: int, gpus: int) -> Activity:
     """The last GPU runs hot and throttled; the others finish early and wait for it."""
     if gpu == gpus - 1:
-        return _jitter(replace(STEADY, busy=0.99, clock=0.55, heat=14.0), t, gpu, 0.02)
+        hot = replace(STEADY, busy=0.99, clock=0.55, heat=14.0, clock_events=SW_THERMAL | HW_THERMAL)
+        return _jitter(hot, t, gpu, 0.02)
     return _jitter(replace(STEADY, busy=0.62, sm_active=0.5, tensor=0.24, power=0.55), t, gpu, 0.04)
+
+
+def throttled(t: float, gpu: int, gpus: int) -> Activity:
+    """Every GPU too hot: thermal slowdown holds the SM clocks at 60 %, so steps take longer."""
+    hot = replace(STEADY, busy=0.98, sm_active=0.7, clock=0.6, heat=18.0, clock_events=SW_THERMAL | HW_THERMAL)
+    return _jitter(hot, t, gpu, 0.02)
 
 
 Scenario = Callable[[float, int, int], Activity]
@@ -100,4 +113,5 @@ SCENARIOS: Final[dict[str, Scenario]] = {
     "bursty": bursty,
     "memory-light": memory_light,
     "straggler": straggler,
+    "throttled": throttled,
 }

@@ -112,6 +112,7 @@ class SimulatedBackend:
             ),
             catalog.SM_CLOCK.name: round(model.max_sm_mhz * activity.clock),
             catalog.MEM_CLOCK.name: model.memory_mhz,
+            catalog.CLOCKS_EVENT_REASONS.name: activity.clock_events,
             catalog.PCIE_TX.name: round(activity.pcie * model.pcie_bytes_per_s),
             catalog.PCIE_RX.name: round(activity.pcie * model.pcie_bytes_per_s * 1.4),
             catalog.PCIE_REPLAY.name: 0.0,
