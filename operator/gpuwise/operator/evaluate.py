@@ -3,8 +3,9 @@
 Every job has a timer, but they share one batched read per cycle and window length
 (`Evaluator.snapshot`), so the number of Prometheus queries does not grow with the number of jobs.
 What a job's status gets depends on its mode: `Observe` publishes the efficiency summary only;
-`Recommend` (and `Enforce`, until actions land) adds findings and recommendations, with an Event
-when a finding appears or clears. A status is written only when something in it changed.
+`Recommend` and `Enforce` add findings and recommendations, with an Event when a finding appears
+or clears; in `Enforce` the action runner (gpuwise.act.runner) then acts on the recommendations
+within the operator's guardrails. A status is written only when something in it changed.
 """
 
 from __future__ import annotations
@@ -140,25 +141,29 @@ class Evaluator:
         return status
 
 
-async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger) -> None:
-    """Diagnose one running job and write what changed to its status, with Events for findings."""
+async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger) -> JsonDict | None:
+    """Diagnose one running job and write what changed to its status, with Events for findings.
+
+    Returns the status fields it evaluated (None when the job was not evaluated), so that the
+    action runner acts on this cycle's recommendations rather than the last one's.
+    """
     status = body.get("status") or {}
     meta = body["metadata"]
     if status.get("phase") != Phase.RUNNING.value:
         JOBS.forget(meta["namespace"], meta["name"])  # its gpuwise_job_* series go with it
-        return
+        return None
     spec, problem = parse_spec(body)
     if spec is None or problem is not None:
-        return
+        return None
     try:
         new = await evaluator.evaluate(body, spec)
     except prometheus.PrometheusError as exc:
         logger.warning("cannot evaluate efficiency: %s", exc)
-        return
+        return None
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
     JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds)
     if not changed(new, status):
-        return
+        return new
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
     before = {f["kind"] for f in status.get("findings") or []}
     for finding in new["findings"]:
@@ -166,3 +171,4 @@ async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, l
             kopf.warn(as_body(body), reason=finding["kind"], message=finding["message"])
     for kind in before - {f["kind"] for f in new["findings"]}:
         kopf.info(as_body(body), reason="FindingCleared", message=f"{kind} no longer holds.")
+    return new

@@ -18,10 +18,17 @@ from typing import Any
 import kopf
 
 from gpuwise import wiring
+from gpuwise.act.checkpoint import Acks
+from gpuwise.act.kinds import AVAILABLE
+from gpuwise.act.measure import Meter
+from gpuwise.act.runner import Runner
+from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
+from gpuwise.diagnose.prometheus import Prometheus
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import publish_efficiency
 from gpuwise.operator.inject import inject_sidecar
+from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS
 from gpuwise.operator.reconcile import Context, reconcile
 
@@ -126,18 +133,48 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
         # Children go with their owner through ownerReferences; only our own memory is left.
         context: Context = memo["context"]
         context.forget(namespace or "", name)
+        if "runner" in memo:
+            runner: Runner = memo["runner"]
+            runner.forget(namespace or "", name)
         JOBS.forget(namespace or "", name)  # its gpuwise_job_* series go now, not at their expiry
 
     if settings.prometheus_url:
 
-        @kopf.timer(*TRAININGJOBS, interval=settings.evaluation_seconds, id="evaluate", registry=registry)
-        async def evaluate(*, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+        @kopf.timer(  # type: ignore[arg-type]
+            *TRAININGJOBS, interval=settings.evaluation_seconds, id="evaluate", registry=registry
+        )
+        async def evaluate(
+            *,
+            namespace: str | None,
+            name: str,
+            body: kopf.Body,
+            trainingjobs: kopf.Index[Any, JsonDict],
+            pods: kopf.Index[Any, JsonDict],
+            memo: kopf.Memo,
+            logger: kopf.Logger,
+            **_: Any,
+        ) -> None:
+            """Diagnose, publish, then act: one cycle of the loop for one job."""
             context: Context = memo["context"]
-            await publish_efficiency(copy.deepcopy(dict(body)), memo["evaluator"], context.kube, logger)
+            raw = copy.deepcopy(dict(body))
+            evaluated = await publish_efficiency(raw, memo["evaluator"], context.kube, logger)
+            runner: Runner = memo["runner"]
+            fleet = [tj for store in trainingjobs.values() for tj in store]
+            async with context.lock(namespace or "", name):
+                recommendations = (evaluated or {}).get("recommendations") or []
+                await runner.run(raw, list(pods.get((namespace, name), [])), fleet, recommendations)
 
     if webhook:
         register_webhook(registry, settings)
     return registry
+
+
+def build_runner(kube: Kube, source: Prometheus, settings: OperatorSettings) -> Runner:
+    """The action runner, with every kind registered and its Prometheus readers per cycle."""
+    cycle = settings.evaluation_seconds
+    window = parse_duration(settings.actions.verify_window)
+    meter = Meter(source, window_seconds=window, cycle_seconds=cycle)
+    return Runner(kube, settings.actions, Acks(source, cycle), meter, kinds=AVAILABLE)
 
 
 def register_webhook(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:

@@ -17,7 +17,7 @@ from gpuwise.diagnose.prometheus import Prometheus
 from gpuwise.operator import metrics
 from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
 from gpuwise.operator.evaluate import Evaluator
-from gpuwise.operator.handlers import build_registry
+from gpuwise.operator.handlers import build_registry, build_runner
 from gpuwise.operator.kube import Kube, connect
 from gpuwise.operator.reconcile import Context
 
@@ -121,11 +121,12 @@ def main(argv: Sequence[str]) -> int:
     if args.metrics_port is not None:
         metrics.serve(args.metrics_port)
         kube_class = metrics.MeteredKube
-    memo = kopf.Memo(context=Context(kube=kube_class(connect()), settings=settings))
+    kube = kube_class(connect())
+    memo = kopf.Memo(context=Context(kube=kube, settings=settings))
     if settings.prometheus_url:
-        memo.evaluator = Evaluator(
-            Prometheus(settings.prometheus_url), settings.evaluation_seconds, settings.query_step_seconds
-        )
+        source = Prometheus(settings.prometheus_url)
+        memo.evaluator = Evaluator(source, settings.evaluation_seconds, settings.query_step_seconds)
+        memo.runner = build_runner(kube, source, settings)
     asyncio.run(
         kopf.operator(
             registry=build_registry(settings, webhook=args.webhook_port is not None),

@@ -1,0 +1,87 @@
+"""AdjustConfig: set the recommended values through the job's declared tunables, and restart.
+
+Only what the user declared in `spec.efficiency.tunables` is ever changed: an environment
+variable per knob, whole numbers clamped to the declared `min`/`max`, switches "0" or "1". With
+`keepGlobalBatchSize`, a new batch size comes with the gradient accumulation that keeps
+batch × accumulation as it was (clamped too; the record shows what was set). The job restarts
+from its checkpoint with the new values; after `verifyWindow` the runner compares throughput with
+the baseline and reverts (another checkpointed restart) when it got worse.
+"""
+
+from __future__ import annotations
+
+from gpuwise.act.machine import Action, JobView, Plan, Refusal, register
+from gpuwise.act.settings import ActionSettings
+from gpuwise.api.trainingjob import ActionKind, IntTunable, Recommendation, SwitchTunable, Tunables
+
+SWITCH_VALUES = ("0", "1")
+
+
+def declared(tunables: Tunables) -> dict[str, IntTunable | SwitchTunable]:
+    """Every declared knob by its environment variable."""
+    knobs = (
+        tunables.batch_size,
+        tunables.data_loader_workers,
+        tunables.gradient_accumulation_steps,
+        tunables.pin_memory,
+        tunables.amp,
+    )
+    return {knob.env: knob for knob in knobs if knob is not None}
+
+
+def clamp(value: str, knob: IntTunable | SwitchTunable) -> str | None:
+    """The value within the knob's bounds; None when it is not a value the knob takes."""
+    if isinstance(knob, SwitchTunable):
+        return value if value in SWITCH_VALUES else None
+    try:
+        number = int(value)
+    except ValueError:
+        return None
+    return str(min(max(number, knob.min), knob.max))
+
+
+def current_env(job: JobView) -> dict[str, str]:
+    """Plain values the trainer runs with now: its spec's env, then gpuwise's overrides."""
+    values = {e.name: e.value for e in job.spec.trainer.env if e.value is not None}
+    return {**values, **job.overrides.env}
+
+
+def keep_global_batch(job: JobView, changes: dict[str, str]) -> None:
+    """Add the accumulation that keeps batch × accumulation, when asked and computable."""
+    tunables = job.spec.efficiency.tunables
+    batch, accumulation = tunables.batch_size, tunables.gradient_accumulation_steps
+    if not tunables.keep_global_batch_size or batch is None or accumulation is None:
+        return
+    if batch.env not in changes or accumulation.env in changes:
+        return
+    now = current_env(job)
+    try:
+        old_batch, old_steps = int(now[batch.env]), int(now.get(accumulation.env, "1"))
+    except (KeyError, ValueError):
+        return  # the current batch is not a plain value of the spec: nothing to keep it against
+    steps = max(1, round(old_batch * old_steps / int(changes[batch.env])))
+    changes[accumulation.env] = str(min(max(steps, accumulation.min), accumulation.max))
+
+
+class AdjustConfig(Action):
+    kind = ActionKind.ADJUST_CONFIG
+
+    def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
+        knobs = declared(job.spec.efficiency.tunables)
+        changes: dict[str, str] = {}
+        for env, value in recommendation.changes.items():
+            knob = knobs.get(env)
+            clamped = clamp(value, knob) if knob is not None else None
+            if clamped is not None:
+                changes[env] = clamped
+        keep_global_batch(job, changes)
+        now = current_env(job)
+        changes = {env: value for env, value in changes.items() if now.get(env) != value}
+        if not changes:
+            return Refusal("NothingToChange", "no declared tunable would change (already set, or at its bound)")
+        target = job.overrides.model_copy(update={"env": {**job.overrides.env, **changes}})
+        summary = ", ".join(f"{env}={value}" for env, value in sorted(changes.items()))
+        return Plan(target=target, message=f"Set {summary} and restart from a checkpoint.", changes=changes)
+
+
+ADJUST_CONFIG = register(AdjustConfig())

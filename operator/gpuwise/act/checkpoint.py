@@ -1,0 +1,81 @@
+"""The operator's half of the checkpoint handshake: ask every worker to checkpoint, see the answer.
+
+- **Request**: the pod annotation `gpuwise.io/checkpoint-request: <request id>` on every worker
+  pod. The injected sidecar setup projects it (downward API) into the trainer as the file named by
+  `GPUWISE_CHECKPOINT_REQUEST_FILE`; the kubelet refreshes such files within about a minute, so
+  `spec.checkpoint.timeoutSeconds` must allow for that on top of the time a checkpoint takes.
+- **Acknowledgement**: the training process (gpuwise.instrument) checkpoints at a step boundary
+  and tells its sidecar, which exports `gpuwise_checkpoint_ack_timestamp_seconds{request_id}`.
+  Worker 0 holds global rank 0, which writes the checkpoint in the usual torch.distributed
+  pattern, so its acknowledgement is the one that counts.
+- One Prometheus query per cycle answers for every job waiting (`Acks`).
+
+No acknowledgement, no restart: the runner fails the action with `CheckpointTimeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from gpuwise import wiring
+from gpuwise.act.measure import JobKey, PerCycle, job_key
+from gpuwise.diagnose import prometheus
+from gpuwise.metrics import catalog
+from gpuwise.observability.promql import sel
+from gpuwise.operator.kube import Kube
+
+ACK_WORKER: Final = "0"
+_ACKS_OF_WORKER_0: Final = sel(catalog.CHECKPOINT_ACK, f'worker="{ACK_WORKER}"')
+ACK_QUERY: Final = f"max by (namespace, trainingjob, request_id) ({_ACKS_OF_WORKER_0})"
+
+
+def _pending(pod: Mapping[str, Any]) -> str | None:
+    value: str | None = (pod.get("metadata", {}).get("annotations") or {}).get(wiring.ANNOTATION_CHECKPOINT_REQUEST)
+    return value
+
+
+def _live(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [p for p in pods if not p.get("metadata", {}).get("deletionTimestamp")]
+
+
+async def request(kube: Kube, pods: Sequence[Mapping[str, Any]], request_id: str) -> int:
+    """Annotate every live worker pod that does not carry `request_id` yet; how many were patched."""
+    patch = {"metadata": {"annotations": {wiring.ANNOTATION_CHECKPOINT_REQUEST: request_id}}}
+    todo = [p["metadata"] for p in _live(pods) if _pending(p) != request_id]
+    for meta in todo:
+        await kube.patch("v1", "Pod", meta["namespace"], meta["name"], patch)
+    return len(todo)
+
+
+async def withdraw(kube: Kube, pods: Sequence[Mapping[str, Any]], request_id: str) -> None:
+    """Remove the request from the pods still carrying it: the trainer stops waiting for it."""
+    patch = {"metadata": {"annotations": {wiring.ANNOTATION_CHECKPOINT_REQUEST: None}}}
+    for pod in _live(pods):
+        if _pending(pod) == request_id:
+            await kube.patch("v1", "Pod", pod["metadata"]["namespace"], pod["metadata"]["name"], patch)
+
+
+class Acks:
+    """Every worker-0 acknowledgement Prometheus holds, read at most once per cycle."""
+
+    def __init__(self, source: prometheus.Prometheus, cycle_seconds: float) -> None:
+        self.source = source
+        self._answers = PerCycle(self._read, cycle_seconds)
+
+    async def _read(self) -> dict[JobKey, dict[str, float]]:
+        result = await asyncio.to_thread(self.source.instant, ACK_QUERY, time.time())
+        acks: dict[JobKey, dict[str, float]] = {}
+        for sample in result:
+            acks.setdefault(job_key(sample), {})[sample["metric"].get("request_id", "")] = float(sample["value"][1])
+        return acks
+
+    async def acknowledged(self, namespace: str, name: str, request_id: str) -> float | None:
+        """Unix time at which worker 0 acknowledged `request_id`, or None."""
+        return (await self._answers.get()).get((namespace, name), {}).get(request_id)
+
+    @property
+    def fetches(self) -> int:
+        return self._answers.fetches

@@ -1,0 +1,9 @@
+"""Every action kind the operator's runner takes; a new kind is added to `AVAILABLE`."""
+
+from __future__ import annotations
+
+from gpuwise.act.adjust_config import ADJUST_CONFIG
+from gpuwise.act.machine import Action
+from gpuwise.act.reschedule import RESCHEDULE
+
+AVAILABLE: tuple[Action, ...] = (ADJUST_CONFIG, RESCHEDULE)

@@ -1,0 +1,367 @@
+"""Drive every job's actions, one evaluation cycle at a time: start one, or move one along.
+
+Called from the evaluation timer after the job's recommendations are published. A job has at most
+one action in progress (the last record of `status.actions`); while it has one, the runner only
+advances it; otherwise, in `Enforce` mode with the recommended action listed in
+`spec.efficiency.actions`, it plans one and checks the guardrails. Everything else keeps
+recommending. Each step writes the record before the next one starts, and posts an Event for
+every transition, so status and `kubectl describe` tell the whole story.
+
+Planning is serialized by one lock: budgets count actions in progress across the fleet, and two
+jobs' timers must not both take the last slot. The runner also remembers the records it wrote,
+because the watch that feeds the next cycle's body can lag behind its own last write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import kopf
+
+from gpuwise.act import checkpoint, guardrails
+from gpuwise.act import overrides as job_overrides
+from gpuwise.act.checkpoint import Acks
+from gpuwise.act.machine import (
+    ActContext,
+    Action,
+    ActionFailed,
+    JobView,
+    Refusal,
+    is_final,
+    new_record,
+    request_id,
+    transition,
+)
+from gpuwise.act.measure import JobKey, Meter
+from gpuwise.act.settings import ActionSettings
+from gpuwise.api.base import parse_duration
+from gpuwise.api.overrides import JobOverrides
+from gpuwise.api.trainingjob import (
+    KIND,
+    MAX_ACTION_RECORDS,
+    ActionRecord,
+    ActionState,
+    EfficiencyMode,
+    Phase,
+    Recommendation,
+)
+from gpuwise.operator.kube import Kube
+from gpuwise.operator.reconcile import TERMINAL_PHASES, as_body, parse_spec
+
+JsonDict = dict[str, Any]
+# Steps one cycle may take for one job (e.g. Planned → WaitingForCheckpoint at once).
+MAX_STEPS_PER_CYCLE: Final = 4
+WARNING_STATES: Final = frozenset({ActionState.FAILED, ActionState.ROLLED_BACK})
+
+
+def now() -> datetime:
+    return datetime.now(tz=UTC).replace(microsecond=0)
+
+
+def records_of(body: Mapping[str, Any]) -> list[ActionRecord]:
+    return [ActionRecord.model_validate(r) for r in (body.get("status") or {}).get("actions") or []]
+
+
+def _progress(records: Sequence[ActionRecord]) -> tuple[datetime, datetime, int] | None:
+    if not records:
+        return None
+    last = records[-1]
+    return last.started_at, last.updated_at, len(last.history)
+
+
+def trimmed(records: list[ActionRecord]) -> list[ActionRecord]:
+    """At most MAX_ACTION_RECORDS, dropping the oldest dry runs first, then the oldest actions."""
+    kept = list(records)
+    while len(kept) > MAX_ACTION_RECORDS:
+        dry = next((i for i, r in enumerate(kept[:-1]) if r.state is ActionState.DRY_RUN), 0)
+        del kept[dry]
+    return kept
+
+
+def _entered(record: ActionRecord, state: ActionState) -> datetime:
+    """When the record last entered `state` (its history; the last update if trimmed away)."""
+    return next((t.at for t in reversed(record.history) if t.state is state), record.updated_at)
+
+
+def _started(body: Mapping[str, Any]) -> datetime | None:
+    text = (body.get("status") or {}).get("startTime")
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+class Runner:
+    def __init__(
+        self, kube: Kube, settings: ActionSettings, acks: Acks, meter: Meter, *, kinds: Iterable[Action]
+    ) -> None:
+        self.kinds = {action.kind: action for action in kinds}
+        self.kube = kube
+        self.settings = settings
+        self.acks = acks
+        self.meter = meter
+        self._plan_lock = asyncio.Lock()
+        self._written: dict[JobKey, list[ActionRecord]] = {}
+        self._told: dict[JobKey, str] = {}
+
+    # --- entry point ------------------------------------------------------------------------
+
+    async def run(
+        self,
+        body: JsonDict,
+        pods: Sequence[JsonDict],
+        fleet: Iterable[Mapping[str, Any]],
+        recommendations: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """One cycle for one TrainingJob; `fleet` is every TrainingJob (for budgets)."""
+        meta = body["metadata"]
+        spec, problem = parse_spec(body)
+        if spec is None or problem is not None or meta.get("deletionTimestamp"):
+            return
+        try:
+            overrides = job_overrides.wanted(body)
+        except job_overrides.OverridesError:
+            return  # the reconciler reports it as Accepted=False; nothing acts on a job it cannot read
+        job = JobView(meta["namespace"], meta["name"], body, spec, overrides, tuple(pods))
+        records = self.records(job.namespace, job.name, body)
+        if records and not is_final(records[-1]):
+            await self._advance(job, records)
+        elif spec.efficiency.mode is EfficiencyMode.ENFORCE and job.status.get("phase") == Phase.RUNNING.value:
+            await self._maybe_start(job, records, fleet, recommendations)
+
+    def records(self, namespace: str, name: str, body: Mapping[str, Any]) -> list[ActionRecord]:
+        """The job's records: from its body, or what this runner wrote if the body is behind."""
+        seen = records_of(body)
+        mine = self._written.get((namespace, name))
+        if mine is not None and (_progress(seen) or ()) < (_progress(mine) or ()):
+            return list(mine)
+        return seen
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._written.pop((namespace, name), None)
+        self._told.pop((namespace, name), None)
+
+    # --- starting ---------------------------------------------------------------------------
+
+    def _fleet(self, bodies: Iterable[Mapping[str, Any]]) -> guardrails.Fleet:
+        running: dict[str, int] = {}
+        disrupted: dict[str, int] = {}
+        for body in bodies:
+            meta = body.get("metadata", {})
+            namespace = meta.get("namespace", "")
+            records = self.records(namespace, meta.get("name", ""), body)
+            busy = bool(records) and not is_final(records[-1])
+            if busy:
+                disrupted[namespace] = disrupted.get(namespace, 0) + 1
+            if busy or (body.get("status") or {}).get("phase") == Phase.RUNNING.value:
+                running[namespace] = running.get(namespace, 0) + 1
+        return guardrails.Fleet(running, disrupted)
+
+    async def _maybe_start(
+        self,
+        job: JobView,
+        records: list[ActionRecord],
+        fleet: Iterable[Mapping[str, Any]],
+        recommendations: Sequence[Mapping[str, Any]],
+    ) -> None:
+        allowed = set(job.spec.efficiency.actions)
+        for raw in recommendations:
+            recommendation = Recommendation.model_validate(raw)
+            action = self.kinds.get(recommendation.action)
+            if action is None or recommendation.action not in allowed:
+                continue
+            plan = action.plan(job, recommendation, self.settings)
+            if isinstance(plan, Refusal):
+                self._refused(job, recommendation, plan)
+                continue
+            at = now()
+            refusal = guardrails.job_refusal(
+                job, plan=plan, records=records, settings=self.settings, started_at=_started(job.body), now=at
+            )
+            if refusal is not None:
+                self._refused(job, recommendation, refusal)
+                return
+            async with self._plan_lock:
+                refusal = guardrails.budget_refusal(job.namespace, self._fleet(fleet), self.settings.budgets, at)
+                if refusal is not None:
+                    self._refused(job, recommendation, refusal)
+                    return
+                baseline = await self.meter.measure(job.namespace, job.name, at)
+                record = new_record(recommendation.action, recommendation.finding, plan, job.overrides, at)
+                record = record.model_copy(update={"baseline": baseline})
+                if self.settings.dry_run:
+                    record = transition(record, ActionState.DRY_RUN, "DryRun", f"Dry run, not done: {plan.message}", at)
+                await self._save(job, [*records, record])
+            self._told.pop((job.namespace, job.name), None)
+            self._event(job, record)
+            if not is_final(record):
+                await self._advance(job, [*records, record])
+            return
+
+    def _refused(self, job: JobView, recommendation: Recommendation, refusal: Refusal) -> None:
+        """Say once (per reason) why a recommendation stays a recommendation."""
+        key = (job.namespace, job.name)
+        said = f"{recommendation.action}:{refusal.reason}"
+        if self._told.get(key) == said:
+            return
+        self._told[key] = said
+        kopf.info(
+            as_body(dict(job.body)),
+            reason="ActionNotTaken",
+            message=f"{recommendation.action.value} for {recommendation.finding} not taken ({refusal.reason}): "
+            f"{refusal.message}.",
+        )
+
+    # --- advancing --------------------------------------------------------------------------
+
+    async def _advance(self, job: JobView, records: list[ActionRecord]) -> None:
+        for _ in range(MAX_STEPS_PER_CYCLE):
+            record = records[-1]
+            step = await self._step(job, record)
+            if step is None or step == record:
+                return
+            records = [*records[:-1], step]
+            await self._save(job, records)
+            if (step.state, step.reason) != (record.state, record.reason):
+                self._event(job, step)
+            if is_final(step):
+                return
+
+    async def _step(self, job: JobView, record: ActionRecord) -> ActionRecord | None:
+        at = now()
+        if job.status.get("phase") in TERMINAL_PHASES and record.state is not ActionState.APPLYING:
+            await checkpoint.withdraw(self.kube, job.pods, request_id(record))
+            return transition(record, ActionState.FAILED, "JobFinished", "The job finished first.", at)
+        if record.state is ActionState.PLANNED:
+            return await self._planned(job, record, at)
+        if record.state is ActionState.WAITING_FOR_CHECKPOINT:
+            return await self._waiting(job, record, at)
+        if record.state is ActionState.APPLYING:
+            try:
+                return await self._applying(job, record, at)
+            except ActionFailed as failed:
+                return self._roll_back(record, failed.reason, failed.message, at)
+        if record.state is ActionState.VERIFYING:
+            return await self._verifying(job, record, at)
+        return None
+
+    async def _request_checkpoint(
+        self, job: JobView, record: ActionRecord, reason: str, why: str, at: datetime
+    ) -> ActionRecord:
+        rid = request_id(record)
+        asked = await checkpoint.request(self.kube, job.pods, rid)
+        record = record.model_copy(update={"checkpoint_requested_at": at, "checkpoint_acknowledged_at": None})
+        timeout = job.spec.checkpoint.timeout_seconds
+        message = f"{why}Asked {asked} worker pod(s) to checkpoint (request {rid}); waiting up to {timeout} s."
+        return transition(record, ActionState.WAITING_FOR_CHECKPOINT, reason, message, at)
+
+    async def _planned(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord:
+        if record.restart:
+            return await self._request_checkpoint(job, record, "CheckpointRequested", "", at)
+        return transition(record, ActionState.APPLYING, "Applying", record.message, at)
+
+    async def _waiting(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord | None:
+        rid = request_id(record)
+        if guardrails.do_not_disrupt(job) and not record.reverting:
+            await checkpoint.withdraw(self.kube, job.pods, rid)
+            return transition(record, ActionState.FAILED, "DoNotDisrupt", "The job was annotated do-not-disrupt.", at)
+        await checkpoint.request(self.kube, job.pods, rid)  # pods that appeared since
+        acked = await self.acks.acknowledged(job.namespace, job.name, rid)
+        if acked is not None:
+            record = record.model_copy(update={"checkpoint_acknowledged_at": datetime.fromtimestamp(int(acked), UTC)})
+            what = "the previous configuration" if record.reverting else "the new configuration"
+            message = f"Worker 0 acknowledged checkpoint request {rid}; restarting the job with {what}."
+            return transition(record, ActionState.APPLYING, "CheckpointAcknowledged", message, at)
+        requested = record.checkpoint_requested_at or record.updated_at
+        timeout = job.spec.checkpoint.timeout_seconds
+        if (at - requested).total_seconds() <= timeout:
+            return None
+        await checkpoint.withdraw(self.kube, job.pods, rid)
+        kept = " and keeps the changed configuration" if record.reverting else ""
+        message = f"Worker 0 did not acknowledge checkpoint request {rid} within {timeout} s: not restarted{kept}."
+        return transition(record, ActionState.FAILED, "CheckpointTimeout", message, at)
+
+    def _roll_back(self, record: ActionRecord, reason: str, message: str, at: datetime) -> ActionRecord:
+        """Go back to the previous overrides (the job is stopped or never ran with the new ones)."""
+        if record.reverting:
+            return transition(record, ActionState.FAILED, reason, f"{message}; rolling back failed too.", at)
+        record = record.model_copy(update={"reverting": True, "details": {**record.details, "failure": reason}})
+        return transition(record, ActionState.APPLYING, reason, f"{message}; rolling back.", at)
+
+    async def _set_overrides(self, job: JobView, wanted: JobOverrides) -> bool:
+        """Whether the job's body already shows `wanted`; if not, write it (and wait for the watch)."""
+        if job.overrides == wanted:
+            return True
+        patch = job_overrides.annotation_patch(wanted)
+        await self.kube.patch(job.body["apiVersion"], KIND, job.namespace, job.name, patch)
+        return False
+
+    async def _applying(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord | None:
+        action = self.kinds[record.action]
+        ctx = ActContext(kube=self.kube, settings=self.settings, now=at)
+        if record.reverting:
+            if record.details.get("undone") != "true":
+                progress = await action.undo(job, record, ctx)
+                details = {**record.details, **progress.details, **({"undone": "true"} if progress.ready else {})}
+                return record.model_copy(update={"details": details, "message": progress.message or record.message})
+            target = record.overrides_before or job_overrides.NONE
+            prepared = True
+        else:
+            target = record.overrides_target or job_overrides.NONE
+            prepared = not action.prepares_nodes or record.details.get("prepared") == "true"
+            limit = parse_duration(self.settings.apply_timeout)
+            if (at - _entered(record, ActionState.APPLYING)).total_seconds() > limit:
+                raise ActionFailed("ApplyTimeout", f"The change did not complete within {self.settings.apply_timeout}")
+        if not await self._set_overrides(job, target.model_copy(update={"suspend": not prepared})):
+            return None
+        current = await self.kube.get("batch/v1", "Job", job.namespace, job.name)
+        if current is None:
+            return None  # the reconciler renders the new Job from the overrides
+        if current["metadata"].get("deletionTimestamp"):
+            return None
+        if job_overrides.applied(current) != target.placement():
+            await self.kube.delete("batch/v1", "Job", job.namespace, job.name)
+            return None
+        if not prepared:
+            progress = await action.prepare(job, record, ctx)
+            details = {**record.details, **progress.details, **({"prepared": "true"} if progress.ready else {})}
+            return record.model_copy(update={"details": details, "message": progress.message or record.message})
+        if record.reverting:
+            reason = record.details.get("failure", "Reverted")
+            message = f"The job runs with its previous configuration again ({reason})."
+            return transition(record, ActionState.ROLLED_BACK, reason, message, at)
+        window = self.settings.verify_window
+        message = f"The job restarted with the new configuration; measuring it for {window} once it runs."
+        return transition(record, ActionState.VERIFYING, "JobRestarted", message, at)
+
+    async def _verifying(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord | None:
+        if job.status.get("phase") != Phase.RUNNING.value:
+            return None
+        since = record.details.get("runningSince")
+        if since is None:
+            details = {**record.details, "runningSince": at.isoformat()}
+            return record.model_copy(update={"details": details})
+        if (at - datetime.fromisoformat(since)).total_seconds() < parse_duration(self.settings.verify_window):
+            return None
+        result = await self.meter.measure(job.namespace, job.name, at)
+        measured = record.model_copy(update={"result": result})
+        verdict = self.kinds[record.action].verify(measured, self.settings)
+        if verdict.keep:
+            return transition(measured, ActionState.DONE, verdict.reason, verdict.message, at)
+        reverting = measured.model_copy(update={"reverting": True, "details": {**record.details, "failure": "Worse"}})
+        return await self._request_checkpoint(
+            job, reverting, "Worse", f"{verdict.message}: reverting to the previous configuration. ", at
+        )
+
+    # --- writing ----------------------------------------------------------------------------
+
+    async def _save(self, job: JobView, records: list[ActionRecord]) -> None:
+        kept = trimmed(records)
+        body = {"status": {"actions": [r.to_k8s() for r in kept]}}
+        await self.kube.patch(job.body["apiVersion"], KIND, job.namespace, job.name, body, status=True)
+        self._written[job.namespace, job.name] = kept
+
+    def _event(self, job: JobView, record: ActionRecord) -> None:
+        post = kopf.warn if record.state in WARNING_STATES or record.reason == "Worse" else kopf.info
+        message = f"{record.action.value} {record.id} {record.state.value}: {record.message}"
+        post(as_body(dict(job.body)), reason=record.reason, message=message)

@@ -1,0 +1,221 @@
+"""Actions end to end: the real operator process acts on real telemetry, within its guardrails.
+
+See `scenario.py` for what runs. Every test starts an Enforce-mode TrainingJob whose worker is
+input-bound for real, so the operator recommends more DataLoader workers (AdjustConfig); what
+happens next depends on the test: the whole handshake and restart, a checkpoint never
+acknowledged, a job that must not be restarted, a budget used up, a dry run, an operator killed
+in the middle, a change that made the job slower.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwise import wiring
+from tests.actions.scenario import (
+    FAST_WAIT,
+    Trainer,
+    actions_of,
+    env_of,
+    events,
+    in_state,
+    job_of,
+    last_action,
+    operator_config,
+    pods_of,
+    run_job,
+    start,
+    start_operator,
+    status_of,
+    telemetry,
+    trainingjob,
+    uid_of_job,
+)
+from tests.integration.conftest import Cluster, Operator
+from tests.support.emulator import EmulatorThread
+from tests.support.prometheus import AVAILABLE, Prometheus
+from tests.support.waiting import eventually
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(not AVAILABLE, reason="needs prometheus (make system-deps)"),
+]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, dict[str, Trainer]]]:
+    with telemetry(tmp_path_factory.mktemp("actions"), [("default", "bert"), ("default", "gpt")]) as running:
+        yield running
+
+
+@pytest.fixture
+def prometheus(fleet: tuple[Prometheus, dict[str, Trainer]]) -> Prometheus:
+    return fleet[0]
+
+
+@pytest.fixture
+def bert(fleet: tuple[Prometheus, dict[str, Trainer]]) -> Iterator[Trainer]:
+    handle = fleet[1]["bert"]
+    yield handle
+    handle.slow_down(FAST_WAIT)
+    handle.request_file.write_text("")
+
+
+@pytest.fixture
+def cluster(emulator: EmulatorThread) -> Cluster:
+    return Cluster(emulator)
+
+
+@pytest.fixture
+def operator_settings() -> dict[str, object]:
+    return {}
+
+
+@pytest.fixture
+def operator(
+    emulator: EmulatorThread, prometheus: Prometheus, tmp_path: Path, operator_settings: dict[str, object]
+) -> Iterator[Operator]:
+    running = start_operator(emulator, tmp_path, prometheus, operator_config(tmp_path, **operator_settings))
+    yield running
+    running.stop()
+
+
+def acknowledge(cluster: Cluster, trainer: Trainer, request_id: str) -> None:
+    """The kubelet projects the request; the trainer acknowledges it at a step boundary."""
+    eventually(lambda: trainer.project(cluster) == request_id, what=f"checkpoint request {request_id} on the pod")
+
+
+def restarted_job(cluster: Cluster, old_uid: str) -> dict[str, Any]:
+    """The replacement Job, once the operator rendered it, started as the Job controller would."""
+    job: dict[str, Any] = eventually(
+        lambda: (j := job_of(cluster, "bert")) and j["metadata"]["uid"] != old_uid and j, timeout=20, what="a new Job"
+    )
+    run_job(cluster, job, node="gpu-node-b")
+    return job
+
+
+def test_adjust_config_end_to_end_survives_an_operator_restart(
+    cluster: Cluster, operator: Operator, bert: Trainer
+) -> None:
+    job = start(cluster, trainingjob("bert"))
+    waiting = eventually(
+        lambda: in_state(cluster, "bert", "WaitingForCheckpoint"), timeout=30, what="a checkpoint request"
+    )
+    assert waiting["action"] == "AdjustConfig"
+    assert waiting["finding"] == "InputBound"
+    assert 1 < int(waiting["changes"]["NUM_WORKERS"]) <= 7
+    assert waiting["overridesTarget"]["env"] == waiting["changes"]
+    assert waiting["baseline"]["samplesPerSecond"] > 0
+    (pod,) = pods_of(cluster, "bert")
+    assert pod["metadata"]["annotations"][wiring.ANNOTATION_CHECKPOINT_REQUEST] == waiting["id"]
+
+    # Killed in the middle: the new process resumes the same request, repeating nothing.
+    assert operator.process is not None
+    operator.process.send_signal(signal.SIGKILL)
+    operator.process.wait()
+    operator.start()
+    acknowledge(cluster, bert, waiting["id"])
+
+    new_job = restarted_job(cluster, job["metadata"]["uid"])
+    assert env_of(new_job)["NUM_WORKERS"] == waiting["changes"]["NUM_WORKERS"]
+    assert env_of(job)["NUM_WORKERS"] == "1"
+    tj = cluster.trainingjob("bert") or {}
+    assert wiring.API_GROUP + "/overrides" in tj["metadata"]["annotations"]
+    assert (cluster.condition("bert", "Accepted") or {}).get("status") == "True", "reconcile must not fight it"
+
+    done = eventually(lambda: in_state(cluster, "bert", "Done"), timeout=30, what="the action verified")
+    assert done["id"] == waiting["id"]
+    assert done["reason"] in {"Improved", "NoWorse"}
+    assert done["result"]["samplesPerSecond"] > 0
+    assert done["checkpointRequestedAt"] == waiting["checkpointRequestedAt"], "the request was not repeated"
+    states = [step["state"] for step in done["history"]]
+    assert states == ["Planned", "WaitingForCheckpoint", "Applying", "Verifying", "Done"]
+    assert len(actions_of(cluster, "bert")) == 1
+    assert len(events(cluster, "CheckpointRequested", "bert")) == 1
+    assert cluster.emulator.emulator is not None
+    assert cluster.emulator.emulator.create_attempts["batch/v1/jobs default/bert"] <= 3  # first, new (+1 raced)
+    assert uid_of_job(cluster, "bert") == new_job["metadata"]["uid"]
+
+
+def test_a_change_that_made_the_job_slower_is_reverted(cluster: Cluster, operator: Operator, bert: Trainer) -> None:
+    job = start(cluster, trainingjob("bert"))
+    waiting = eventually(
+        lambda: in_state(cluster, "bert", "WaitingForCheckpoint"), timeout=30, what="a checkpoint request"
+    )
+    acknowledge(cluster, bert, waiting["id"])
+    bert.slow_down(0.15)  # the new configuration runs at a third of the speed
+    new_job = restarted_job(cluster, job["metadata"]["uid"])
+
+    reverting = eventually(
+        lambda: (r := last_action(cluster, "bert")).get("reverting") and r.get("state") == "WaitingForCheckpoint" and r,
+        timeout=30,
+        what="a revert",
+    )
+    assert reverting["reason"] == "Worse"
+    assert reverting["result"]["samplesPerSecond"] < 0.7 * reverting["baseline"]["samplesPerSecond"]
+    acknowledge(cluster, bert, f"{waiting['id']}-revert")
+    bert.slow_down(FAST_WAIT)
+    reverted = restarted_job(cluster, new_job["metadata"]["uid"])
+    assert env_of(reverted)["NUM_WORKERS"] == "1"
+    rolled_back = eventually(lambda: in_state(cluster, "bert", "RolledBack"), timeout=20, what="RolledBack")
+    assert rolled_back["reason"] == "Worse"
+    tj = cluster.trainingjob("bert") or {}
+    assert wiring.API_GROUP + "/overrides" not in (tj["metadata"].get("annotations") or {})
+
+
+def test_no_acknowledgement_no_restart(cluster: Cluster, operator: Operator, bert: Trainer) -> None:
+    job = start(cluster, trainingjob("bert", checkpoint={"timeoutSeconds": 2}))
+    failed = eventually(lambda: in_state(cluster, "bert", "Failed"), timeout=30, what="the action to fail")
+    assert failed["reason"] == "CheckpointTimeout"
+    assert uid_of_job(cluster, "bert") == job["metadata"]["uid"], "never restarted"
+    (pod,) = pods_of(cluster, "bert")
+    assert wiring.ANNOTATION_CHECKPOINT_REQUEST not in (pod["metadata"].get("annotations") or {}), "withdrawn"
+    assert status_of(cluster, "bert")["recommendations"][0]["action"] == "AdjustConfig", "still recommended"
+    assert events(cluster, "CheckpointTimeout", "bert")[0]["type"] == "Warning"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"checkpoint": {"enabled": False}}, "CheckpointDisabled"),
+        ({"pod": {"annotations": {wiring.ANNOTATION_DO_NOT_DISRUPT: "true"}}}, "DoNotDisrupt"),
+    ],
+)
+def test_jobs_that_must_not_be_restarted_keep_recommending(
+    cluster: Cluster, operator: Operator, bert: Trainer, change: dict[str, Any], reason: str
+) -> None:
+    job = start(cluster, trainingjob("bert", **change))
+    (event,) = eventually(lambda: events(cluster, "ActionNotTaken", "bert"), timeout=30, what="ActionNotTaken")
+    assert f"({reason})" in event["message"]
+    assert actions_of(cluster, "bert") == []
+    assert status_of(cluster, "bert")["recommendations"][0]["action"] == "AdjustConfig"
+    assert uid_of_job(cluster, "bert") == job["metadata"]["uid"]
+
+
+def test_budget_used_up_by_another_job(cluster: Cluster, operator: Operator, bert: Trainer) -> None:
+    start(cluster, trainingjob("bert"))
+    eventually(lambda: in_state(cluster, "bert", "WaitingForCheckpoint"), timeout=30, what="bert's action")
+    gpt = start(cluster, trainingjob("gpt"))
+    (event,) = eventually(lambda: events(cluster, "ActionNotTaken", "gpt"), timeout=30, what="gpt refused")
+    assert "(BudgetExhausted)" in event["message"]
+    assert "cluster budget 1 allows 1 disrupted job(s) of 2 running, and 1 already are" in event["message"]
+    assert actions_of(cluster, "gpt") == []
+    assert uid_of_job(cluster, "gpt") == gpt["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("operator_settings", [{"dryRun": True}])
+def test_dry_run_records_what_would_have_happened(cluster: Cluster, operator: Operator, bert: Trainer) -> None:
+    job = start(cluster, trainingjob("bert"))
+    record = eventually(lambda: in_state(cluster, "bert", "DryRun"), timeout=30, what="a DryRun record")
+    assert record["message"].startswith("Dry run, not done: Set NUM_WORKERS=")
+    assert record["overridesTarget"]["env"]["NUM_WORKERS"] == record["changes"]["NUM_WORKERS"]
+    (pod,) = pods_of(cluster, "bert")
+    assert wiring.ANNOTATION_CHECKPOINT_REQUEST not in (pod["metadata"].get("annotations") or {})
+    assert uid_of_job(cluster, "bert") == job["metadata"]["uid"]
+    assert len(actions_of(cluster, "bert")) == 1, "once per cooldown, not every cycle"
