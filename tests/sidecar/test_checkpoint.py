@@ -326,7 +326,7 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reas
 
 @needs_torch
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
-def test_torch_saves_to_files_answer_and_saves_to_memory_do_not(
+def test_torch_saves_of_checkpoints_answer_and_other_saves_do_not(
     requests: Checkpoints, inbox: Inbox, short_tmp: Path
 ) -> None:
     import torch
@@ -339,16 +339,22 @@ def test_torch_saves_to_files_answer_and_saves_to_memory_do_not(
     try:
         request(request_file(requests), "resize-1")
         torch.save({"w": torch.ones(2)}, io.BytesIO())  # in memory: not a checkpoint
+        torch.save(torch.ones(2), short_tmp / "predictions.pt")  # a tensor on its own: not a checkpoint
         assert acks(inbox) == []
         torch.save({"w": torch.ones(2)}, short_tmp / "a.pt")
         assert [(a.request_id, a.path) for a in acks(inbox)] == [("resize-1", str(short_tmp / "a.pt"))]
 
         request(request_file(requests), "resize-2")
+        with open(short_tmp / "model.pt", "wb") as file:  # a whole module, into an open file
+            torch.save(torch.nn.Linear(1, 1), file)
+        assert [(a.request_id, a.path) for a in acks(inbox)] == [("resize-2", str(short_tmp / "model.pt"))]
+
+        request(request_file(requests), "resize-3")
         import torch.distributed.checkpoint as dcp
 
         # dcp.save is how users call it, though torch does not list it among the package's exports.
         dcp.save({"w": torch.ones(2)}, checkpoint_id=short_tmp / "dcp", no_dist=True)  # type: ignore[attr-defined]
-        assert [(a.request_id, a.path) for a in acks(inbox)] == [("resize-2", str(short_tmp / "dcp"))]
+        assert [(a.request_id, a.path) for a in acks(inbox)] == [("resize-3", str(short_tmp / "dcp"))]
     finally:
         remove()
     assert not hasattr(torch.save, "__wrapped__"), "removing the hooks restores torch.save"

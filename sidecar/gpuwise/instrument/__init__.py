@@ -22,8 +22,9 @@ a second, and answers in one of these ways:
   boundary, in the training thread, and its return is the answer. If it raises, nothing is
   answered (the error is reported on stderr, never raised into the training loop).
 - Without a callback, the next checkpoint the program saves answers: `checkpoint_saved(path)`
-  after saving, or nothing at all with auto-instrumentation, where a `torch.save` to a file or a
-  `torch.distributed.checkpoint.save` returning while a request is pending answers it. A
+  after saving, or nothing at all with auto-instrumentation, where a `torch.save` of a dict or a
+  module to a file, or a `torch.distributed.checkpoint.save`, returning while a request is
+  pending answers it. A
   checkpoint written as several files should call `checkpoint_saved()` after the last one or use
   the callback: `torch.save` answers as soon as the first file is written.
 
@@ -38,7 +39,7 @@ from types import ModuleType, TracebackType
 from typing import TypeVar
 
 from gpuwise.instrument import importhook, runtime
-from gpuwise.instrument.checkpoint import Callback, PathLike
+from gpuwise.instrument.checkpoint import Callback, CheckpointPath
 
 __all__ = ["checkpoint_saved", "data_wait", "instrument_torch", "on_checkpoint", "step", "step_end"]
 
@@ -109,7 +110,7 @@ def on_checkpoint(callback: _C) -> _C:
     return callback
 
 
-def checkpoint_saved(path: PathLike | None = None) -> bool:
+def checkpoint_saved(path: CheckpointPath | None = None) -> bool:
     """Say that a checkpoint was just saved (at `path`); True when it answered a pending request."""
     tracker = runtime.current()
     if tracker is None or tracker.checkpoints is None:

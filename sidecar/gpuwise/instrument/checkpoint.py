@@ -12,8 +12,8 @@ most once per `POLL_INTERVAL`, and it costs one `stat`, plus a read when the fil
 
 A new id is a pending request. The user's callback (`on_checkpoint`) runs on it at that step
 boundary, in the training thread, and its return acknowledges it; without a callback, the next
-checkpoint the program saves does (`checkpoint_saved()`, or with auto-instrumentation `torch.save`
-or `torch.distributed.checkpoint.save` returning). A callback that raises is counted and reported
+checkpoint the program saves does (`checkpoint_saved()`, or with auto-instrumentation a `torch.save`
+of a checkpoint or a `torch.distributed.checkpoint.save` returning). A callback that raises is counted and reported
 once on stderr, never raised into training, and acknowledges nothing; it is not called again for
 that request, but a later save still answers it. The acknowledgement is one datagram on the step
 socket; one that cannot leave (the sidecar's queue is full) is sent again at the next poll and at
@@ -33,8 +33,8 @@ POLL_INTERVAL: Final = 1.0
 # More than any request id: a longer file is not a request.
 _READ_BYTES: Final = wire.MAX_REQUEST_ID_BYTES + 64
 
-PathLike = str | bytes | os.PathLike[str] | os.PathLike[bytes]
-Callback = Callable[[str], "PathLike | None"]
+CheckpointPath = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+Callback = Callable[[str], "CheckpointPath | None"]
 
 
 class Checkpoints:
@@ -90,7 +90,7 @@ class Checkpoints:
         if request_id is not None and callback is not None and request_id != self._tried and not self._busy:
             self._call(callback, request_id)
 
-    def saved(self, path: PathLike | None = None) -> bool:
+    def saved(self, path: CheckpointPath | None = None) -> bool:
         """A checkpoint was just saved: acknowledge the pending request, if any. Say whether one was."""
         if self._busy:  # inside the callback: its return is the answer
             return False

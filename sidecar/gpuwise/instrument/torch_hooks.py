@@ -12,9 +12,11 @@
 - **CUDA memory peaks** are read at most once a second (the statistics call is not cheap), only
   once the program has initialised CUDA itself (initialising it from here would break DataLoader
   workers forked later), and never reset (the program may be reading them too).
-- **Checkpoints** (when the pod asks for them, see `checkpoint`): `torch.save` to a file, and
-  `torch.distributed.checkpoint.save`, answer a pending checkpoint request once they return. A
-  `torch.save` into memory (a `BytesIO`) is not a checkpoint and answers nothing.
+- **Checkpoints** (when the pod asks for them, see `checkpoint`): a `torch.save` of a checkpoint
+  to a file, and `torch.distributed.checkpoint.save`, answer a pending request once they return.
+  A checkpoint is a dict (a state dict, or a dict of them) or a module: a tensor saved on its own
+  (predictions, embeddings) or a save into memory (a `BytesIO`) answers nothing, since restarting
+  the job on it would lose the training since its last real checkpoint.
 
 torch is passed in, never imported here: this module must load in processes without it.
 """
@@ -191,7 +193,10 @@ def _answering(checkpoints: Checkpoints, checkpoint_path: Callable[[Any, Any], s
 
 
 def _torch_save_path(args: Any, kwargs: Any) -> str | None:
-    """Where `torch.save(obj, f)` wrote: a path, or an open file's name; None for a memory buffer."""
+    """Where `torch.save(obj, f)` wrote a checkpoint (a path, or an open file's name); None if it did not."""
+    saved = args[0] if args else kwargs.get("obj")
+    if not isinstance(saved, dict) and not hasattr(saved, "state_dict"):
+        return None
     target = args[1] if len(args) > 1 else kwargs.get("f")
     if isinstance(target, str | bytes | os.PathLike):
         return os.fsdecode(target)
