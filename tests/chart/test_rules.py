@@ -63,6 +63,12 @@ def steps(job: str, seconds_per_step: list[float], last_step: str = "0+60x40") -
     return series
 
 
+def threshold_gauge(job: str) -> str:
+    """The operator's export of a job's spec.efficiency.thresholds.gpuUtilization."""
+    labels = f'job="{OPERATOR_JOB}", instance="op:8080", namespace="team", trainingjob="{job}"'
+    return f"{catalog.JOB_GPU_UTIL_THRESHOLD.name}{{{labels}}}"
+
+
 # Busy, but every 12th sample dips under the threshold (8 % of samples): bursty, not underused.
 BURSTY = {**job_gpus("bursty", 2, every(12, 95, 5)), **steps("bursty", [1.0, 1.0])}
 
@@ -93,7 +99,9 @@ HEALTHY = Case(
         # A busy three-worker job stepping in lockstep, and a bursty but healthy one.
         **job_gpus("bert", 3, "90x40"),
         **steps("bert", [1.0, 1.0, 1.1]),
+        threshold_gauge("bert"): "60x40",
         **BURSTY,
+        threshold_gauge("bursty"): "50x40",
     },
     [(time, alert, []) for time in ("12m", "25m", "40m") for alert in ALERTS],
 )
@@ -211,6 +219,24 @@ CASES = [
             ("35m", "GpuwiseJobUnderutilized", [BERT]),  # 69 % of this window: under 90 %, over the 50 % release
             ("40m", "GpuwiseJobUnderutilized", []),  # 44 %: released
             ("45m", "GpuwiseJobUnderutilized", []),
+        ],
+    ),
+    Case(
+        "per-job thresholds: a job asking for 80 % is underused at 70 %, one content with 20 % is not at 30 %",
+        {
+            **job_gpus("bert", 1, "70x40"),
+            **job_gpus("lenient", 1, "30x40"),
+            **job_gpus("plain", 1, "30x40"),  # no gauge (the operator does not evaluate it): the default 50 %
+            threshold_gauge("bert"): "80x40",
+            threshold_gauge("lenient"): "20x40",
+        },
+        [
+            ("10m", "GpuwiseJobUnderutilized", []),
+            (
+                "20m",
+                "GpuwiseJobUnderutilized",
+                [BERT, {"namespace": "team", "trainingjob": "plain"}],
+            ),
         ],
     ),
     Case(

@@ -21,7 +21,7 @@ from gpuwise.operator.metrics import JOBS, JobGauges
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 JOB_METRICS = {m.name for m in (catalog.JOB_FINDING, catalog.JOB_RECOMMENDATION, catalog.JOB_GPU_UTIL,
-                                catalog.JOB_DATA_WAIT)}  # fmt: skip
+                                catalog.JOB_DATA_WAIT, catalog.JOB_GPU_UTIL_THRESHOLD)}  # fmt: skip
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -110,6 +110,16 @@ def test_observe_mode_exports_the_summary_only() -> None:
     assert set(exposed(registry)) == {key(catalog.JOB_GPU_UTIL.name), key(catalog.JOB_DATA_WAIT.name)}
 
 
+def test_the_job_s_own_utilization_threshold_is_exported_for_the_alert() -> None:
+    jobs, registry, _ = gauges()
+    status = efficiency_status(spec("Observe"), window(), {}, NOW)
+    jobs.publish("team", "bert", status, ttl=90, threshold=75.0)
+    jobs.publish("team", "gpt", status, ttl=90)  # published without one: no series, never a guess
+    samples = exposed(registry)
+    assert samples[key(catalog.JOB_GPU_UTIL_THRESHOLD.name)] == 75.0
+    assert key(catalog.JOB_GPU_UTIL_THRESHOLD.name, trainingjob="gpt") not in samples
+
+
 def test_a_forgotten_job_loses_every_series_and_others_keep_theirs() -> None:
     jobs, registry, _ = gauges()
     status = efficiency_status(spec(), window(), {}, NOW)
@@ -163,6 +173,7 @@ def test_publish_efficiency_feeds_the_gauges_and_a_job_that_stops_running_loses_
         # Unchanged status: nothing to patch, but the gauges are refreshed.
         asyncio.run(publish_efficiency(body("Running", status), evaluator, None, logger))  # type: ignore[arg-type]
         assert ("team", "hooked") in JOBS.jobs()
+        assert JOBS.jobs()["team", "hooked"].utilization_threshold == 50.0, "the spec's default"
         asyncio.run(publish_efficiency(body("Succeeded", status), evaluator, None, logger))  # type: ignore[arg-type]
         assert ("team", "hooked") not in JOBS.jobs()
     finally:

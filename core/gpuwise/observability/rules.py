@@ -167,8 +167,8 @@ def operator_health() -> RuleGroup:
 
 
 # --- efficiency: what "sustained" means here is what it means to the operator (gpuwise.diagnose) ---
-# GPU utilization (%) below which a job's GPUs are underused: DiagnosisThresholds' default (a job's
-# own spec.efficiency.thresholds.gpuUtilization is not in Prometheus; its findings are, below).
+# GPU utilization (%) below which a job's GPUs are underused: a job's own
+# spec.efficiency.thresholds.gpuUtilization where the operator exports it, else DiagnosisThresholds' default.
 UNDERUSED_PERCENT: Final = 50
 # A condition is sustained when it holds in at least this share of the window's samples, and an
 # alert that fires holds until the share drops under RELEASE_SHARE (hysteresis)...
@@ -208,6 +208,16 @@ def sustained(expr: str, condition: str, alert: str, by: str) -> str:
 def job_gpu_utilization() -> str:
     """Per TrainingJob, the mean utilization of its GPUs (the operator's own query, gpuwise.diagnose)."""
     return f"avg {BY_JOB} ({with_trainingjob(sel(catalog.GPU_UTIL))})"
+
+
+def job_utilization_threshold() -> str:
+    """Per TrainingJob, its own utilization threshold (the operator's gauge), or the default without one.
+
+    `or` keeps the gauge where it exists and falls back, per job the telemetry knows, to
+    UNDERUSED_PERCENT: jobs of a stopped operator, or workloads that are not TrainingJobs.
+    """
+    own = f"max {BY_JOB} ({sel(catalog.JOB_GPU_UTIL_THRESHOLD)})"
+    return f"({own} or on (namespace, trainingjob) {job_gpu_utilization()} * 0 + {UNDERUSED_PERCENT})"
 
 
 def worker_step_seconds() -> str:
@@ -250,13 +260,14 @@ def efficiency() -> RuleGroup:
                 "GpuwiseJobUnderutilized",
                 sustained(
                     job_gpu_utilization(),
-                    f"< bool {UNDERUSED_PERCENT}",
+                    f"< bool on (namespace, trainingjob) {job_utilization_threshold()}",
                     "GpuwiseJobUnderutilized",
                     "namespace, trainingjob",
                 ),
                 "warning",
-                f"TrainingJob {job} keeps its GPUs under {UNDERUSED_PERCENT} % busy",
-                f"The job's mean GPU utilization was below {UNDERUSED_PERCENT} % in at least "
+                f"TrainingJob {job} keeps its GPUs under its utilization threshold",
+                f"The job's mean GPU utilization was below its spec.efficiency.thresholds.gpuUtilization "
+                f"({UNDERUSED_PERCENT} % where the operator does not export it) in at least "
                 f"{SUSTAINED_SHARE:.0%} of the last {WINDOW}'s samples. `kubectl describe tj` shows gpuwise's "
                 "diagnosis and the recommended change.",
             ),

@@ -161,7 +161,8 @@ async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, l
         logger.warning("cannot evaluate efficiency: %s", exc)
         return None
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
-    JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds)
+    threshold = spec.efficiency.thresholds.gpu_utilization
+    JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds, threshold=threshold)
     if not changed(new, status):
         return new
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)

@@ -54,13 +54,15 @@ class JobSeries:
     data_wait: float | None
     findings: tuple[tuple[str, float], ...]  # (kind, confidence)
     recommendations: tuple[tuple[str, str], ...]  # (action, finding)
+    utilization_threshold: float | None = None  # spec.efficiency.thresholds.gpuUtilization
 
     @classmethod
-    def from_status(cls, status: Mapping[str, Any]) -> JobSeries:
+    def from_status(cls, status: Mapping[str, Any], utilization_threshold: float | None = None) -> JobSeries:
         """From the status fields `publish_efficiency()` computes (`efficiency`, `findings`, ...)."""
         efficiency = status.get("efficiency") or {}
         util, wait = efficiency.get("gpuUtilization"), efficiency.get("dataWaitFraction")
         return cls(
+            utilization_threshold=utilization_threshold,
             gpu_utilization=float(util) if util is not None else None,
             data_wait=float(wait) if wait is not None else None,
             findings=tuple((str(f["kind"]), float(f["confidence"])) for f in status.get("findings") or []),
@@ -84,8 +86,11 @@ class JobGauges(Collector):
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], tuple[float, JobSeries]] = {}  # key -> (expiry, series)
 
-    def publish(self, namespace: str, name: str, status: Mapping[str, Any], ttl: float) -> None:
-        series = JobSeries.from_status(status)
+    def publish(
+        self, namespace: str, name: str, status: Mapping[str, Any], ttl: float, *, threshold: float | None = None
+    ) -> None:
+        """`threshold`: the job's own GPU utilization threshold, for the underutilization alert."""
+        series = JobSeries.from_status(status, threshold)
         with self._lock:
             self._jobs[(namespace, name)] = (self._clock() + ttl, series)
 
@@ -107,6 +112,7 @@ class JobGauges(Collector):
 
         finding, recommendation = family(catalog.JOB_FINDING), family(catalog.JOB_RECOMMENDATION)
         utilization, wait = family(catalog.JOB_GPU_UTIL), family(catalog.JOB_DATA_WAIT)
+        threshold = family(catalog.JOB_GPU_UTIL_THRESHOLD)
         for (namespace, name), series in sorted(self.jobs().items()):
             for kind, confidence in series.findings:
                 finding.add_metric([namespace, name, kind], confidence)
@@ -116,7 +122,9 @@ class JobGauges(Collector):
                 utilization.add_metric([namespace, name], series.gpu_utilization)
             if series.data_wait is not None:
                 wait.add_metric([namespace, name], series.data_wait)
-        yield from (finding, recommendation, utilization, wait)
+            if series.utilization_threshold is not None:
+                threshold.add_metric([namespace, name], series.utilization_threshold)
+        yield from (finding, recommendation, utilization, wait, threshold)
 
 
 JOBS: Final = JobGauges()
