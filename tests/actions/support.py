@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Self
 
 from kubernetes import config, dynamic
 
 from gpuwise import wiring
+from gpuwise.act.machine import ActContext, Action, ActionFailed, JobView, Plan, Progress
 from gpuwise.act.mig import known_configs
+from gpuwise.act.overrides import NONE
+from gpuwise.act.settings import ActionSettings
+from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Recommendation, TrainingJobSpec
 from gpuwise.decide.mig_profiles import gpu_model
+from gpuwise.operator.kube import Kube
 
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
@@ -76,21 +83,18 @@ def mig_node(
     return body
 
 
-class MigManager:
-    """Plays NVIDIA's MIG Manager against the emulator: when a node's `nvidia.com/mig.config` label
-    changes it reports `pending`, then `success` (publishing the slices the config gives in the
-    node's allocatable, as the device plugin would) — or `failed` for configs in `fail`, or stays
-    `pending` forever for configs in `wedge`. Like the real one, it moves no pods."""
+class NodeAgent:
+    """A node-side NVIDIA component played against the emulator: it watches the nodes (polling,
+    every 50 ms) and reacts to their labels the way the real one does. Like the real ones, it
+    moves no pods."""
 
-    def __init__(self, kubeconfig: str, *, fail: set[str] | None = None, wedge: set[str] | None = None) -> None:
+    def __init__(self, kubeconfig: str) -> None:
         self.client = dynamic.DynamicClient(config.new_client_from_config(config_file=kubeconfig))
-        self.fail, self.wedge = fail or set(), wedge or set()
-        self.applied: dict[str, str] = {}  # node -> the config last acted on
-        self.seen: list[tuple[str, str]] = []  # (node, config) in the order they were asked for
+        self.nodes = self.client.resources.get(api_version="v1", kind="Node")
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mig-manager", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
 
-    def __enter__(self) -> MigManager:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -99,37 +103,138 @@ class MigManager:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        nodes = self.client.resources.get(api_version="v1", kind="Node")
         while not self._stop.wait(0.05):
-            for item in nodes.get().items:
+            for item in self.nodes.get().items:
                 body = item.to_dict()
-                name, labels = body["metadata"]["name"], body["metadata"].get("labels") or {}
-                wanted = labels.get("nvidia.com/mig.config")
-                if wanted is None or self.applied.get(name) == wanted:
-                    continue
-                if name not in self.applied and labels.get("nvidia.com/mig.config.state") == "success":
-                    self.applied[name] = wanted  # what the node ran before the test began
-                    continue
-                self.applied[name] = wanted
-                self.seen.append((name, wanted))
-                self._label(nodes, name, "pending")
-                if wanted in self.wedge:
-                    continue
-                if wanted in self.fail:
-                    self._label(nodes, name, "failed")
-                    continue
-                model = gpu_model(labels["nvidia.com/gpu.product"])
-                counts = Counter(i.profile for i in known_configs(model, {})[wanted])
-                gpus = int(labels.get("nvidia.com/gpu.count", "1"))
-                slices = {f"nvidia.com/mig-{p.name}": str(counts[p.name] * gpus) for p in model.profiles}
-                nodes.status.patch(
-                    name=name,
-                    body={"status": {"allocatable": slices}},
-                    content_type="application/merge-patch+json",
-                )
-                self._label(nodes, name, "success")
+                self.react(body["metadata"]["name"], body["metadata"].get("labels") or {})
 
-    @staticmethod
-    def _label(nodes: Any, name: str, state: str) -> None:
-        body = {"metadata": {"labels": {"nvidia.com/mig.config.state": state}}}
-        nodes.patch(name=name, body=body, content_type="application/merge-patch+json")
+    def react(self, name: str, labels: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def patch(self, name: str, labels: dict[str, str] | None = None, allocatable: dict[str, Any] | None = None) -> None:
+        if allocatable is not None:
+            body = {"status": {"allocatable": allocatable}}
+            self.nodes.status.patch(name=name, body=body, content_type="application/merge-patch+json")
+        if labels is not None:
+            body = {"metadata": {"labels": labels}}
+            self.nodes.patch(name=name, body=body, content_type="application/merge-patch+json")
+
+
+class MigManager(NodeAgent):
+    """NVIDIA's MIG Manager: when `nvidia.com/mig.config` changes it reports `pending`, then
+    `success`, publishing the config's slices in the node's allocatable as the device plugin would
+    — or `failed` for configs in `fail`, or stays `pending` forever for configs in `wedge`."""
+
+    def __init__(self, kubeconfig: str, *, fail: set[str] | None = None, wedge: set[str] | None = None) -> None:
+        super().__init__(kubeconfig)
+        self.fail, self.wedge = fail or set(), wedge or set()
+        self.applied: dict[str, str] = {}  # node -> the config last acted on
+        self.seen: list[tuple[str, str]] = []  # (node, config) in the order they were asked for
+
+    def react(self, name: str, labels: dict[str, str]) -> None:
+        wanted = labels.get("nvidia.com/mig.config")
+        if wanted is None or self.applied.get(name) == wanted:
+            return
+        if name not in self.applied and labels.get("nvidia.com/mig.config.state") == "success":
+            self.applied[name] = wanted  # what the node ran before the test began
+            return
+        self.applied[name] = wanted
+        self.seen.append((name, wanted))
+        self.patch(name, {"nvidia.com/mig.config.state": "pending"})
+        if wanted in self.wedge:
+            return
+        if wanted in self.fail:
+            self.patch(name, {"nvidia.com/mig.config.state": "failed"})
+            return
+        model = gpu_model(labels["nvidia.com/gpu.product"])
+        counts = Counter(i.profile for i in known_configs(model, {})[wanted])
+        gpus = int(labels.get("nvidia.com/gpu.count", "1"))
+        self.patch(name, allocatable={f"nvidia.com/mig-{p.name}": str(counts[p.name] * gpus) for p in model.profiles})
+        self.patch(name, {"nvidia.com/mig.config.state": "success"})
+
+
+class DevicePlugin(NodeAgent):
+    """NVIDIA's device plugin with a time-slicing config named `config` (renameByDefault): a node
+    labelled `nvidia.com/device-plugin.config=<config>` offers `replicas` shares per GPU."""
+
+    def __init__(self, kubeconfig: str, config: str, replicas: int = 4) -> None:
+        super().__init__(kubeconfig)
+        self.config, self.replicas = config, replicas
+        self.applied: dict[str, str | None] = {}  # node -> the config last acted on
+        self.seen: list[tuple[str, str | None]] = []
+
+    def react(self, name: str, labels: dict[str, str]) -> None:
+        wanted = labels.get("nvidia.com/device-plugin.config")
+        if name not in self.applied:
+            self.applied[name] = wanted  # what the node ran before the test began
+            return
+        if self.applied[name] == wanted:
+            return
+        self.applied[name] = wanted
+        self.seen.append((name, wanted))
+        gpus = int(labels.get("nvidia.com/gpu.count", "1"))
+        shared = str(gpus * self.replicas) if wanted == self.config else None
+        whole = None if wanted == self.config else str(gpus)
+        self.patch(name, allocatable={"nvidia.com/gpu.shared": shared, "nvidia.com/gpu": whole})
+
+
+# --- calling an action's hooks as the runner does -------------------------------------------
+
+
+def job_view(pods: list[dict[str, Any]] | None = None, num_nodes: int = 1, **trainer: Any) -> JobView:
+    """A one-GPU-per-worker TrainingJob default/bert, as the runner shows it to an action."""
+    spec = TrainingJobSpec.model_validate(
+        {
+            "trainer": {
+                "image": "x",
+                "numNodes": num_nodes,
+                "resourcesPerNode": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": 1}},
+                **trainer,
+            }
+        }
+    )
+    body = {"metadata": {"namespace": "default", "name": "bert"}, "spec": spec.to_k8s()}
+    return JobView("default", "bert", body, spec, NONE, tuple(pods or ()))
+
+
+def recommend(kind: ActionKind = ActionKind.MIG_REPARTITION, **changes: str) -> Recommendation:
+    return Recommendation(action=kind, finding="OversizedGPU", message="m", changes=changes)
+
+
+def record_for(plan: Plan, kind: ActionKind) -> ActionRecord:
+    """The record the runner keeps for `plan`, in Applying (the job stopped)."""
+    now = datetime.now(tz=UTC)
+    return ActionRecord(
+        id=f"{kind.value.lower()}-1",
+        action=kind,
+        state=ActionState.APPLYING,
+        reason="Applying",
+        started_at=now,
+        updated_at=now,
+        details=dict(plan.details),
+    )
+
+
+async def drive(
+    action: Action,
+    hook: str,
+    job: JobView,
+    record: ActionRecord,
+    *,
+    kube: Kube,
+    settings: ActionSettings,
+    timeout: float = 10,
+) -> tuple[ActionRecord, Progress | ActionFailed]:
+    """Call a hook once per cycle, as the runner does, keeping its details, until it is ready or fails."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        ctx = ActContext(kube, settings, datetime.now(tz=UTC))
+        try:
+            progress = await getattr(action, hook)(job, record, ctx)
+        except ActionFailed as failed:
+            return record, failed
+        record = record.model_copy(update={"details": {**record.details, **progress.details}})
+        if progress.ready:
+            return record, progress
+        assert asyncio.get_running_loop().time() < deadline, f"{hook} not ready: {progress.message}"
+        await asyncio.sleep(0.1)

@@ -13,14 +13,13 @@ import pytest
 from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.mig import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
 from gpuwise.act.nodes import ANNOTATION_CORDONED_BY
-from gpuwise.act.overrides import NONE
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Recommendation, TrainingJobSpec
+from gpuwise.api.trainingjob import ActionKind, ActionRecord
 from gpuwise.decide.mig import MigInstance
 from gpuwise.decide.mig_profiles import gpu_model
 from gpuwise.operator.kube import Kube
-from tests.actions.support import MigManager, budget, mig_node, pod
+from tests.actions.support import MigManager, budget, drive, job_view, mig_node, pod, recommend, record_for
 from tests.support.emulator import EmulatorThread
 
 GPU = {"nvidia.com/gpu": 1}
@@ -30,61 +29,10 @@ SETTINGS = ActionSettings.model_validate(
 )
 
 
-def job_view(pods: list[dict[str, Any]] | None = None, num_nodes: int = 1, **trainer: Any) -> JobView:
-    spec = TrainingJobSpec.model_validate(
-        {
-            "trainer": {
-                "image": "x",
-                "numNodes": num_nodes,
-                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}},
-                **trainer,
-            }
-        }
-    )
-    body = {"metadata": {"namespace": "default", "name": "bert"}, "spec": spec.to_k8s()}
-    return JobView("default", "bert", body, spec, NONE, tuple(pods or ()))
-
-
-def recommend(profile: str | None = "3g.40gb") -> Recommendation:
-    changes = {"migProfile": profile} if profile else {}
-    return Recommendation(action=ActionKind.MIG_REPARTITION, finding="Oversized", message="m", changes=changes)
-
-
-def record_for(plan: Plan) -> ActionRecord:
-    now = datetime.now(tz=UTC)
-    return ActionRecord(
-        id="migrepartition-1",
-        action=ActionKind.MIG_REPARTITION,
-        state=ActionState.APPLYING,
-        reason="Applying",
-        started_at=now,
-        updated_at=now,
-        details=dict(plan.details),
-    )
-
-
-async def drive(
-    hook: str, job: JobView, record: ActionRecord, kube: Kube, timeout: float = 10
-) -> tuple[ActionRecord, Progress | ActionFailed]:
-    """Call a hook once per cycle, as the runner does, keeping its details, until it is ready or fails."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
-        try:
-            progress = await getattr(MIG_REPARTITION, hook)(job, record, ctx)
-        except ActionFailed as failed:
-            return record, failed
-        record = record.model_copy(update={"details": {**record.details, **progress.details}})
-        if progress.ready:
-            return record, progress
-        assert asyncio.get_running_loop().time() < deadline, f"{hook} not ready: {progress.message}"
-        await asyncio.sleep(0.1)
-
-
 def planned(job: JobView) -> ActionRecord:
-    plan = MIG_REPARTITION.plan(job, recommend(), SETTINGS)
+    plan = MIG_REPARTITION.plan(job, recommend(migProfile="3g.40gb"), SETTINGS)
     assert isinstance(plan, Plan)
-    return record_for(plan)
+    return record_for(plan, ActionKind.MIG_REPARTITION)
 
 
 async def labels_of(kube: Kube, name: str) -> dict[str, str]:
@@ -149,12 +97,12 @@ def test_nodes_that_cannot_serve_say_why() -> None:
 
 
 def test_plan_swaps_the_whole_gpu_for_a_slice_and_refuses_what_a_slice_cannot_serve() -> None:
-    plan = MIG_REPARTITION.plan(job_view(), recommend(), SETTINGS)
+    plan = MIG_REPARTITION.plan(job_view(), recommend(migProfile="3g.40gb"), SETTINGS)
     assert isinstance(plan, Plan) and plan.restart
     assert plan.target == JobOverrides(resources={"nvidia.com/mig-3g.40gb": "1"}, remove_resources=["nvidia.com/gpu"])
-    refused = MIG_REPARTITION.plan(job_view(numProcPerNode=2), recommend(), SETTINGS)
+    refused = MIG_REPARTITION.plan(job_view(numProcPerNode=2), recommend(migProfile="3g.40gb"), SETTINGS)
     assert isinstance(refused, Refusal) and refused.reason == "NotOneGpuPerWorker"
-    assert isinstance(MIG_REPARTITION.plan(job_view(), recommend(None), SETTINGS), Refusal)
+    assert isinstance(MIG_REPARTITION.plan(job_view(), recommend(), SETTINGS), Refusal)  # no profile named
 
 
 # --- the node-side steps against the emulator -----------------------------------------------
@@ -165,7 +113,7 @@ async def test_repartition_idles_the_node_sets_the_config_and_uncordons(kube: Ku
     await kube.create(pod("other-job", "gpu-1", gpus=GPU))
     job = job_view()
     with MigManager(str(emulator.kubeconfig)) as manager:
-        record, progress = await drive("prepare", job, planned(job), kube)
+        record, progress = await drive(MIG_REPARTITION, "prepare", job, planned(job), kube=kube, settings=SETTINGS)
     assert isinstance(progress, Progress) and progress.ready, progress
     assert manager.seen == [("gpu-1", "all-3g.40gb")]
     labels = await labels_of(kube, "gpu-1")
@@ -186,10 +134,10 @@ async def test_a_failed_or_wedged_config_is_rolled_back_and_the_node_uncordoned(
     await kube.create(mig_node("gpu-1"))
     job = job_view()
     with MigManager(str(emulator.kubeconfig), **{outcome: {"all-3g.40gb"}}) as manager:
-        record, failed = await drive("prepare", job, planned(job), kube)
+        record, failed = await drive(MIG_REPARTITION, "prepare", job, planned(job), kube=kube, settings=SETTINGS)
         assert isinstance(failed, ActionFailed) and failed.reason == reason, failed
         assert "all-3g.40gb" in failed.message
-        record, undone = await drive("undo", job, record, kube)
+        record, undone = await drive(MIG_REPARTITION, "undo", job, record, kube=kube, settings=SETTINGS)
     assert isinstance(undone, Progress) and undone.ready and "uncordoned" in undone.message
     assert manager.seen == [("gpu-1", "all-3g.40gb"), ("gpu-1", "all-disabled")]
     labels = await labels_of(kube, "gpu-1")
@@ -203,10 +151,10 @@ async def test_a_blocked_eviction_changes_nothing_and_uncordons(kube: Kube, emul
     await kube.create(pod("serve", "gpu-1", gpus=GPU, labels={"app": "serve"}))
     job = job_view()
     with MigManager(str(emulator.kubeconfig)) as manager:
-        record, failed = await drive("prepare", job, planned(job), kube)
+        record, failed = await drive(MIG_REPARTITION, "prepare", job, planned(job), kube=kube, settings=SETTINGS)
         assert isinstance(failed, ActionFailed) and failed.reason == "EvictionBlocked"
         assert "default/serve is blocked: The disruption budget serving needs 1 healthy pods" in failed.message
-        _, undone = await drive("undo", job, record, kube)
+        _, undone = await drive(MIG_REPARTITION, "undo", job, record, kube=kube, settings=SETTINGS)
     assert isinstance(undone, Progress) and undone.ready
     assert manager.seen == []  # no MIG change was ever asked for
     assert (await labels_of(kube, "gpu-1"))["nvidia.com/mig.config"] == "all-disabled"
@@ -233,7 +181,7 @@ async def test_no_action_where_gpuwise_must_not_act(
     for body in pods:
         await kube.create(body)
     job = job_view()
-    _, failed = await drive("prepare", job, planned(job), kube)
+    _, failed = await drive(MIG_REPARTITION, "prepare", job, planned(job), kube=kube, settings=SETTINGS)
     assert isinstance(failed, ActionFailed) and failed.reason == "NoMigNode" and why in failed.message
     after = await node_of(kube, "gpu-1")
     assert after["metadata"]["labels"] == node["metadata"]["labels"] and not after["spec"].get("unschedulable")

@@ -65,9 +65,9 @@ async def test_a_missing_node_is_an_error_that_names_it(kube: Kube) -> None:
 # --- evict ----------------------------------------------------------------------------------
 
 
-def test_gpu_resources_are_whole_gpus_and_mig_slices() -> None:
-    body = pod("p", "n", gpus={"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1, "cpu": 4})
-    assert gpu_resources(body) == {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1}
+def test_gpu_resources_are_whole_gpus_shares_and_mig_slices() -> None:
+    body = pod("p", "n", gpus={"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1, "nvidia.com/gpu.shared": 1, "cpu": 4})
+    assert gpu_resources(body) == {"nvidia.com/gpu": 2, "nvidia.com/mig-1g.10gb": 1, "nvidia.com/gpu.shared": 1}
     assert gpu_resources(pod("p", "n")) == {}
 
 

@@ -21,7 +21,8 @@ resumes where it was without repeating one:
 On failure (`failed`, a wedged state, a blocked eviction) `undo` sets the previous config back,
 waits for it, and uncordons — if gpuwise cordoned the node. A rollback that fails too leaves the
 node cordoned, with a message saying so: a node whose GPUs are in an unknown state must not
-take new pods.
+take new pods. A repartition that succeeded is not undone when the job is reverted later (it
+ran worse): other pods may use the new slices by then; the job alone goes back to a whole GPU.
 """
 
 from __future__ import annotations
@@ -202,6 +203,18 @@ def holder(job: JobView, record: ActionRecord) -> str:
     return f"{job.namespace}.{job.name}.{record.id}"
 
 
+def not_one_gpu_per_worker(job: JobView) -> Refusal | None:
+    """A share of a GPU (a MIG slice, a time-sliced replica) serves one process on one GPU."""
+    trainer = job.spec.trainer
+    gpus = nodes.gpu_resources({"spec": {"containers": [{"resources": trainer.resources_per_node.to_k8s()}]}})
+    if trainer.num_proc_per_node == 1 and gpus.get(nodes.GPU_RESOURCE, 0) <= 1:
+        return None
+    return Refusal(
+        "NotOneGpuPerWorker",
+        "a share of a GPU serves one process: only jobs with one process and at most one GPU per worker move to one",
+    )
+
+
 def target_overrides(current: JobOverrides, profile: str) -> JobOverrides:
     """The job's overrides with its whole GPU swapped for one slice of `profile`."""
     resource = f"nvidia.com/mig-{profile}"
@@ -240,20 +253,17 @@ def config_change(config: str, timeout: str) -> nodes.LabelChange:
 
 class MigRepartition(Action):
     kind = ActionKind.MIG_REPARTITION
+    prepares_nodes = True
 
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
         profile = recommendation.changes.get(CHANGE_PROFILE)
         if not profile:
             return Refusal("NoMigProfile", f"the recommendation names no MIG profile (changes.{CHANGE_PROFILE})")
-        trainer = job.spec.trainer
-        gpus = nodes.gpu_resources({"spec": {"containers": [{"resources": trainer.resources_per_node.to_k8s()}]}})
-        if trainer.num_proc_per_node != 1 or gpus.get(nodes.GPU_RESOURCE, 0) > 1:
-            return Refusal(
-                "NotOneGpuPerWorker",
-                "a MIG slice serves one process: only jobs with one process and at most one GPU per worker move to one",
-            )
+        refusal = not_one_gpu_per_worker(job)
+        if refusal is not None:
+            return refusal
         target = target_overrides(job.overrides, profile)
-        workers = trainer.num_nodes
+        workers = job.spec.trainer.num_nodes
         return Plan(
             target=target,
             message=f"Move each of the {workers} worker(s) from a whole GPU to a MIG slice {profile}.",

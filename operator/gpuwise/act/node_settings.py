@@ -58,6 +58,9 @@ class TimeSlicingSettings(ApiModel):
         description="What a shared replica is called under that config (renameByDefault: true gives "
         "nvidia.com/gpu.shared).",
     )
+    config_timeout: Duration = Field(
+        default="5m", description="How long the device plugin may take to offer the shares after the label is set."
+    )
 
 
 class NodeActionSettings(ApiModel):

@@ -44,14 +44,15 @@ _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
 def gpu_resources(pod: JsonDict) -> dict[str, int]:
-    """Whole GPUs and MIG slices a pod asks for, by resource name (largest of requests and limits)."""
+    """GPUs, time-sliced shares (`nvidia.com/gpu.shared`) and MIG slices a pod asks for, by resource
+    name (the larger of its request and limit)."""
     found: dict[str, int] = {}
     spec = pod.get("spec") or {}
     for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         resources = container.get("resources") or {}
         for amounts in (resources.get("requests") or {}, resources.get("limits") or {}):
             for name, amount in amounts.items():
-                if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX):
+                if name.startswith((GPU_RESOURCE, MIG_RESOURCE_PREFIX)):
                     found[name] = max(found.get(name, 0), int(amount))
     return {name: amount for name, amount in found.items() if amount > 0}
 
@@ -296,8 +297,9 @@ async def restore_node(
     details: Mapping[str, str],
     now: datetime,
 ) -> Progress:
-    """Undo :func:`apply_on_idle_node` one step at a time: set the labels `back` if gpuwise had
-    changed them and they are still its own (`ours(node)`), wait for the answer, uncordon.
+    """Undo an unfinished :func:`apply_on_idle_node` one step at a time: set the labels `back` if
+    gpuwise had changed them and they are still its own (`ours(node)`), wait for the answer,
+    uncordon. A change that completed is kept (see below).
 
     A failed or timed-out restore leaves the node cordoned, and says so: its GPUs are in a state
     nobody asked for, and new pods must not land on them.
@@ -305,6 +307,9 @@ async def restore_node(
     found = await kube.get("v1", "Node", "", node)
     if found is None:
         return Progress(True, f"node {node} is gone")
+    if details.get("applied") == "true":
+        # A change that completed stays: other pods may already use what it made. Only the job goes back.
+        return Progress(True, f"node {node} keeps its new configuration; the job goes back")
     if "labelledAt" in details:
         if "restoredAt" not in details:
             if not ours(found):

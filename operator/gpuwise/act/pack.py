@@ -1,0 +1,345 @@
+"""Pack: run a light job on a share of a GPU instead of a whole one, next to other light jobs.
+
+Two ways to share, both NVIDIA's and both chosen by a platform team per node:
+
+- **time-slicing**, on nodes labelled `gpuwise.io/gpu-partitioning: time-slicing`: the device
+  plugin's config named in `actions.nodes.timeSlicing.config` advertises every GPU as `replicas`
+  shares (`nvidia.com/gpu.shared`); gpuwise sets `nvidia.com/device-plugin.config=<config>` on a
+  node that does not run it yet, and the job requests one share.
+- **MIG slices** that already exist and are free (when the recommendation names `migProfile`):
+  the job requests `nvidia.com/mig-<profile>`. Carving new slices is MigRepartition's work.
+
+Where the job goes is the packing planner's decision (`gpuwise.decide.packing`, policy
+`actions.nodes.packingPolicy`: gpuwise by default, bestfit as the baseline), over the opted-in
+nodes and what their pods request, each share counted as `1000 / replicas` milli-GPU. A node is
+switched to time-slicing only when no other workload holds its GPUs: Pack never evicts anyone
+to make room, and switches at most one node per action (cordoned meanwhile, through the same
+step as MIG changes, :func:`gpuwise.act.nodes.apply_on_idle_node`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from gpuwise.act import mig, nodes
+from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
+from gpuwise.act.node_settings import TimeSlicingSettings
+from gpuwise.act.settings import ActionSettings
+from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
+from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
+from gpuwise.decide.packing.fit import placement
+from gpuwise.decide.packing.fragmentation import TargetWorkload
+from gpuwise.decide.packing.policies import Context
+from gpuwise.decide.packing.registry import make_policy
+from gpuwise.decide.packing.state import ClusterState, PlacementError
+from gpuwise.operator.evaluate import cpu_cores
+
+JsonDict = dict[str, Any]
+
+LABEL_DEVICE_PLUGIN_CONFIG: Final = "nvidia.com/device-plugin.config"
+PARTITIONING_TIME_SLICING: Final = "time-slicing"
+_BYTES: Final = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_BYTES_BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def mebibytes(quantity: int | str | None) -> int:
+    """MiB in a memory quantity ("512Mi", "16G", 1048576), rounded up; 0 when unset."""
+    if quantity is None:
+        return 0
+    match = re.fullmatch(r"([0-9.]+)([kMGT]i?)?", str(quantity).strip())
+    if match is None:
+        raise ValueError(f"{quantity!r} is not a memory quantity (examples: 512Mi, 16Gi)")
+    return -(-int(float(match.group(1)) * {**_BYTES, **_BYTES_BINARY}[match.group(2) or ""]) // 2**20)
+
+
+def _requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """Milli-CPU and MiB a pod's containers request (limits where no request is set)."""
+    cpu = memory = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        amounts = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        cpu += round(1000 * (cpu_cores(amounts.get("cpu")) or 0.0))
+        memory += mebibytes(amounts.get("memory"))
+    return cpu, memory
+
+
+# --- the planner's view of the time-sliced nodes --------------------------------------------
+
+
+def _gpu_request(pod: Mapping[str, Any], shared: TimeSlicingSettings) -> tuple[int, int]:
+    """(num_gpu, gpu_milli) as the planner counts a pod: whole GPUs, or its shares of one GPU."""
+    gpus = nodes.gpu_resources(dict(pod))
+    if gpus.get(nodes.GPU_RESOURCE):
+        return gpus[nodes.GPU_RESOURCE], MILLI
+    if gpus.get(shared.resource):
+        return 1, min(MILLI, gpus[shared.resource] * MILLI // shared.replicas)
+    return 0, 0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The opted-in nodes with what runs on them, and the shapes of the workload they run."""
+
+    state: ClusterState
+    workload: Pods
+    switch_needed: frozenset[str]  # nodes that do not run the time-slicing config yet
+
+
+def cluster_view(
+    all_nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    shared: TimeSlicingSettings,
+    *,
+    own_pods: frozenset[str],
+    extra_shapes: Sequence[tuple[int, int, int, int]] = (),
+) -> tuple[Cluster, dict[str, str]]:
+    """The planner's view of the time-sliced (or switchable) nodes, and why other nodes are out.
+
+    `extra_shapes` ((milli-CPU, MiB, GPUs, milli-GPU) each) join the running pods in the workload
+    whose fragmentation the gpuwise and FGD policies weigh placements by.
+    """
+    reasons: dict[str, str] = {}
+    usable: list[Mapping[str, Any]] = []
+    for node in all_nodes:
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels") or {}
+        foreign = [
+            p
+            for p in pods
+            if (p.get("spec") or {}).get("nodeName") == name
+            and nodes.holds_gpus(dict(p))
+            and nodes.pod_ref(dict(p)) not in own_pods
+        ]
+        if labels.get(mig.LABEL_PARTITIONING) != PARTITIONING_TIME_SLICING:
+            reasons[name] = f"not opted in (label {mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
+        elif (node.get("spec") or {}).get("unschedulable"):
+            reasons[name] = "cordoned"
+        elif labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != shared.config and foreign:
+            reasons[name] = "runs whole-GPU pods; Pack evicts nobody to switch it to time-slicing"
+        else:
+            usable.append(node)
+    allocatable = [(n.get("status") or {}).get("allocatable") or {} for n in usable]
+    models = [(n["metadata"].get("labels") or {}).get(mig.LABEL_GPU_PRODUCT, "unknown") for n in usable]
+    topology = Nodes.build(
+        names=[n["metadata"]["name"] for n in usable],
+        cpu_milli=[round(1000 * (cpu_cores(a.get("cpu")) or 0.0)) for a in allocatable],
+        memory_mib=[mebibytes(a.get("memory")) for a in allocatable],
+        gpus=[int((n["metadata"].get("labels") or {}).get(mig.LABEL_GPU_COUNT, "0") or 0) for n in usable],
+        models=models,
+    )
+    state = ClusterState(topology)
+    index = {name: i for i, name in enumerate(topology.names)}
+    every_model = np.ones(len(topology.models), dtype=np.bool_)
+    shapes: list[tuple[int, int, int, int]] = []
+    for number, pod in enumerate(pods):
+        if nodes.pod_ref(dict(pod)) in own_pods or not nodes.holds_gpus(dict(pod)):
+            continue
+        request = PodRequest(*_requests(pod), *_gpu_request(pod, shared), allowed_models=every_model)
+        shapes.append((request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli))
+        at = index.get((pod.get("spec") or {}).get("nodeName") or "")
+        if at is None:
+            continue  # runs elsewhere: part of the workload to expect, not of these nodes
+        try:
+            state.bind(number, request, _fullest_fit(state, request, at))
+        except PlacementError:
+            reasons.setdefault(topology.names[at], "runs more than its allocatable shows")
+    shapes += extra_shapes  # the pods to place: what is expected to keep coming
+    workload = Pods.build(
+        names=[str(i) for i in range(len(shapes))],
+        cpu_milli=[s[0] for s in shapes],
+        memory_mib=[s[1] for s in shapes],
+        num_gpu=[s[2] for s in shapes],
+        gpu_milli=[s[3] for s in shapes],
+        gpu_models=[() for _ in shapes],
+        models=topology.models,
+    )
+    switch = frozenset(
+        n["metadata"]["name"]
+        for n in usable
+        if (n["metadata"].get("labels") or {}).get(LABEL_DEVICE_PLUGIN_CONFIG) != shared.config
+    )
+    return Cluster(state, workload, switch), reasons
+
+
+def _fullest_fit(state: ClusterState, request: PodRequest, node: int) -> Placement:
+    """Where a running share most likely is: the fullest GPU it fits (what the device plugin fills)."""
+    if not request.shares_gpu:
+        return placement(state, request, node)
+    free = state.gpu_free[node]
+    fitting = np.flatnonzero(free >= request.gpu_milli)
+    if not len(fitting):
+        raise PlacementError("no GPU has room")
+    return Placement(node, (int(fitting[np.argmin(free[fitting])]),))
+
+
+def place_workers(cluster: Cluster, request: PodRequest, workers: int, policy: str) -> list[str] | None:
+    """The node of each worker, placed one after another by the planner; None if one fits nowhere."""
+    state = cluster.state
+    workload = TargetWorkload.from_pods(cluster.workload)
+    # Ties go to the first node in name order: deterministic, and it consolidates.
+    choose = make_policy(policy, Context(state, workload, np.argsort(np.argsort(state.nodes.names))))
+    rng = np.random.default_rng(0)
+    chosen: list[str] = []
+    for worker in range(workers):
+        where = choose(state, request, rng)
+        if where is None:
+            return None
+        state.bind(-1 - worker, request, where)
+        chosen.append(state.nodes.names[where.node])
+    return chosen
+
+
+# --- the action -----------------------------------------------------------------------------
+
+
+def time_slicing_change(config: str | None, shared: TimeSlicingSettings, timeout: str) -> nodes.LabelChange:
+    """Ask the device plugin for `config` (None: its default); done when the shares appear (or go)."""
+
+    def answer(node: JsonDict) -> tuple[nodes.Outcome, str]:
+        offered = int(((node.get("status") or {}).get("allocatable") or {}).get(shared.resource, 0))
+        if (offered > 0) == (config == shared.config):
+            return nodes.Outcome.DONE, f"the device plugin offers {offered} {shared.resource}"
+        return nodes.Outcome.WAITING, f"the device plugin has not applied config {config or '(default)'} yet"
+
+    return nodes.LabelChange(
+        labels={LABEL_DEVICE_PLUGIN_CONFIG: config},
+        describe=f"device plugin config {config or '(default)'}",
+        answer=answer,
+        timeout=timeout,
+        failed_reason="DevicePluginConfigFailed",
+        timeout_reason="DevicePluginConfigTimeout",
+    )
+
+
+class Pack(Action):
+    kind = ActionKind.PACK
+    prepares_nodes = True
+
+    def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
+        if recommendation.changes.get(mig.CHANGE_PROFILE):  # onto free MIG slices: MIG's target, no repartition
+            planned = mig.MIG_REPARTITION.plan(job, recommendation, settings)
+            if isinstance(planned, Refusal):
+                return planned
+            return Plan(planned.target, planned.message.replace("Move", "Pack"), True, planned.changes, planned.details)
+        refusal = mig.not_one_gpu_per_worker(job)
+        if refusal is not None:
+            return refusal
+        shared = settings.nodes.time_slicing
+        if shared.config is None:
+            return Refusal(
+                "NoTimeSlicingConfig",
+                "no time-slicing config is set (operator settings actions.nodes.timeSlicing.config)",
+            )
+        current = job.overrides
+        target = current.model_copy(
+            update={
+                "resources": {**current.resources, shared.resource: "1"},
+                "remove_resources": sorted({*current.remove_resources, nodes.GPU_RESOURCE} - {shared.resource}),
+            }
+        )
+        workers = job.spec.trainer.num_nodes
+        return Plan(
+            target=target,
+            message=f"Share a time-sliced GPU (1/{shared.replicas}) for each of the {workers} worker(s).",
+            changes={"share": PARTITIONING_TIME_SLICING},
+            details={"share": PARTITIONING_TIME_SLICING, "workers": str(workers)},
+        )
+
+    async def prepare(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
+        details = record.details
+        if details.get("share") != PARTITIONING_TIME_SLICING:
+            return await self._onto_free_slices(job, record, ctx)
+        shared = ctx.settings.nodes.time_slicing
+        if "nodes" not in details:
+            return await self._choose(job, record, ctx)
+        switch = details.get("switchNode")
+        if not switch or details.get("applied") == "true":
+            return READY
+        return await nodes.apply_on_idle_node(
+            ctx.kube,
+            switch,
+            mig.holder(job, record),
+            change=time_slicing_change(shared.config, shared, shared.config_timeout),
+            details=details,
+            now=ctx.now,
+            drain_timeout=ctx.settings.nodes.drain_timeout,
+        )
+
+    async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
+        shared = ctx.settings.nodes.time_slicing
+        own = frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods)
+        candidates = await ctx.kube.list(
+            "v1", "Node", label_selector=f"{mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING}"
+        )
+        if not candidates:
+            raise ActionFailed(
+                "NoSharedGpu",
+                f"no node is opted in for time-slicing (label {mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})",
+            )
+        worker = {"spec": {"containers": [{"resources": job.spec.trainer.resources_per_node.to_k8s()}]}}
+        cpu, memory = _requests(worker)
+        workers = int(record.details.get("workers", "1"))
+        shape = (cpu, memory, 1, MILLI // shared.replicas)
+        pods = await ctx.kube.list("v1", "Pod")
+        cluster, reasons = cluster_view(candidates, pods, shared, own_pods=own, extra_shapes=[shape] * workers)
+        every_model = np.ones(len(cluster.state.nodes.models), dtype=np.bool_)
+        request = PodRequest(*shape, allowed_models=every_model)
+        chosen = (
+            place_workers(cluster, request, workers, ctx.settings.nodes.packing_policy)
+            if len(cluster.state.nodes)
+            else None
+        )
+        if chosen is None:
+            why = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
+            raise ActionFailed(
+                "NoSharedGpu", f"no time-sliced GPU has room for {workers} worker(s)" + (f" ({why})" if why else "")
+            )
+        switch = sorted(set(chosen) & cluster.switch_needed)
+        if len(switch) > 1:
+            raise ActionFailed(
+                "NoSharedGpu", f"the workers would need {len(switch)} nodes switched to time-slicing; Pack switches one"
+            )
+        placed = {"nodes": ",".join(chosen), "policy": ctx.settings.nodes.packing_policy}
+        if not switch:
+            return Progress(True, f"packed onto {', '.join(sorted(set(chosen)))}", placed)
+        node = await nodes.get_node(ctx.kube, switch[0])
+        previous = (node["metadata"].get("labels") or {}).get(LABEL_DEVICE_PLUGIN_CONFIG, "")
+        placed |= {"switchNode": switch[0], "previousDevicePluginConfig": previous}
+        return Progress(False, f"node {switch[0]}: switching to time-slicing config {shared.config}", placed)
+
+    async def _onto_free_slices(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
+        if "node" in record.details:
+            return READY
+        progress = await mig.MIG_REPARTITION.prepare(job, record, ctx)
+        if progress.details.get("migConfig") != progress.details.get("previousMigConfig"):
+            raise ActionFailed(
+                "NoFreeMigSlices",
+                f"no node has {record.details.get('workers', '1')} free {record.details.get('migProfile')} slice(s) "
+                f"({progress.message}); MigRepartition can make them",
+            )
+        return progress
+
+    async def undo(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
+        details = record.details
+        switch = details.get("switchNode")
+        if not switch:
+            return READY
+        shared = ctx.settings.nodes.time_slicing
+        previous = details.get("previousDevicePluginConfig") or None
+        return await nodes.restore_node(
+            ctx.kube,
+            switch,
+            mig.holder(job, record),
+            back=time_slicing_change(previous, shared, shared.config_timeout),
+            ours=lambda node: (node["metadata"].get("labels") or {}).get(LABEL_DEVICE_PLUGIN_CONFIG) == shared.config,
+            details=details,
+            now=ctx.now,
+        )
+
+
+PACK = register(Pack())
