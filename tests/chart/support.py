@@ -18,7 +18,13 @@ Manifest = dict[str, Any]
 # Values that switch on everything the default leaves off, in namespaced mode.
 EVERYTHING: dict[str, Any] = {
     "operator": {"replicas": 2, "watchNamespaces": ["team-a", "team-b"], "verbose": True},
-    "actions": {"migRepartition": True, "reschedule": True},
+    "actions": {
+        "enforce": True,
+        "migRepartition": True,
+        "reschedule": True,
+        "budgets": [{"jobs": "10%"}, {"jobs": "0", "namespace": "*", "schedule": "0 9 * * 1-5", "duration": "8h"}],
+        "gpuClasses": [{"name": "l4", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}],
+    },
     "webhook": {"enabled": True, "namespaceSelector": {"matchLabels": {"gpu": "yes"}}},
     "monitoring": {
         "podMonitor": {"enabled": True, "labels": {"release": "kps"}},

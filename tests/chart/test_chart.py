@@ -214,7 +214,9 @@ def test_rbac_has_no_wildcards(name: str) -> None:
     for rule in rules_of(docs, "ClusterRole") + rules_of(docs, "Role"):
         for key in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule[key], rule
-        assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+        assert not {"deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+        # The one deletion: with actions.enforce, a checkpointed restart replaces the Job gpuwise owns.
+        assert "delete" not in rule["verbs"] or rule["resources"] == ["jobs"], rule
     assert not [r for r in rules_of(docs, "ClusterRole") + rules_of(docs, "Role") if "secrets" in r["resources"]]
 
 
@@ -240,6 +242,25 @@ def test_actions_add_only_their_permissions() -> None:
     reschedule = render({"actions": {"reschedule": True}})
     assert not grants(reschedule, "nodes")
     assert grants(reschedule, "pods/eviction") == {"create"}
+
+
+def test_enforce_turns_actions_on_with_their_guardrails_and_permissions() -> None:
+    def settings_of(docs: list[Manifest]) -> OperatorSettings:
+        raw = yaml.safe_load(one(docs, "ConfigMap", "gw-gpuwise-settings")["data"]["settings.yaml"])
+        return OperatorSettings.model_validate(raw)
+
+    off = render()
+    assert not settings_of(off).actions.enabled, "Enforce-mode jobs only get recommendations by default"
+    assert "delete" not in grants(off, "jobs") and "patch" not in grants(off, "pods")
+    budgets = [{"jobs": "2", "namespace": "team-a"}, {"jobs": "0", "schedule": "0 9 * * 1-5", "duration": "8h"}]
+    on = render({"actions": {"enforce": True, "dryRun": True, "cooldown": "1h", "budgets": budgets}})
+    actions = settings_of(on).actions
+    assert actions.enabled and actions.dry_run and actions.cooldown == "1h"
+    assert [b.to_k8s() for b in actions.budgets] == budgets
+    assert {"delete", "create"} <= grants(on, "jobs"), "a restart replaces the Job"
+    assert "patch" in grants(on, "pods"), "the checkpoint request is a pod annotation"
+    with pytest.raises(helm.HelmValuesError, match="jobs"):
+        render({"actions": {"budgets": [{"jobs": "ten"}]}})
 
 
 def test_named_namespaces_get_roles_not_cluster_wide_access() -> None:

@@ -111,6 +111,19 @@ resyncSeconds: {{ .Values.operator.resyncSeconds }}
 prometheusUrl: {{ . | quote }}
 {{- end }}
 evaluationSeconds: {{ .Values.efficiency.evaluationSeconds }}
+actions:
+  enabled: {{ .Values.actions.enforce }}
+  dryRun: {{ .Values.actions.dryRun }}
+  cooldown: {{ .Values.actions.cooldown | quote }}
+  maxActionsPerJob: {{ .Values.actions.maxActionsPerJob }}
+  minRuntime: {{ .Values.actions.minRuntime | quote }}
+  budgets:
+    {{- toYaml .Values.actions.budgets | nindent 4 }}
+  verifyWindow: {{ .Values.actions.verifyWindow | quote }}
+  worseTolerance: {{ .Values.actions.worseTolerance }}
+  applyTimeout: {{ .Values.actions.applyTimeout | quote }}
+  gpuClasses:
+    {{- toYaml .Values.actions.gpuClasses | nindent 4 }}
 {{- end }}
 
 {{/* Namespaced permissions: granted cluster-wide, or in each watched namespace. ----------- */}}
@@ -123,13 +136,23 @@ evaluationSeconds: {{ .Values.efficiency.evaluationSeconds }}
   verbs: [patch]
 - apiGroups: [batch]
   resources: [jobs]
+  {{- if .Values.actions.enforce }}
+  # Enforce: a restart replaces the Job with one rendered from the new overrides.
+  verbs: [create, get, list, watch, patch, delete]
+  {{- else }}
   verbs: [create, get, list, watch, patch]
+  {{- end }}
 - apiGroups: [""]
   resources: [services]
   verbs: [create, get, list, watch]
 - apiGroups: [""]
   resources: [pods]
+  {{- if .Values.actions.enforce }}
+  # Enforce: the checkpoint request is an annotation on the worker pods.
+  verbs: [get, list, watch, patch]
+  {{- else }}
   verbs: [get, list, watch]
+  {{- end }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]

@@ -3,6 +3,7 @@
 A refusal is not an error: the recommendation stays in status, and the refusal is told once in
 an Event, so the user sees why nothing happened. The checks, in order:
 
+- the operator's actions are turned off (`actions.enabled`);
 - the job or its pods are annotated `gpuwise.io/do-not-disrupt: "true"`;
 - the action restarts the job but `spec.checkpoint.enabled` is false: never restarted;
 - the job has run less than `minRuntime`;
@@ -92,6 +93,10 @@ def job_refusal(
     now: datetime,
 ) -> Refusal | None:
     """Why this job may not take `plan` now, if anything (budgets aside)."""
+    if not settings.enabled:
+        return Refusal(
+            "ActionsDisabled", "the operator's actions are off (settings actions.enabled, chart actions.enforce)"
+        )
     if do_not_disrupt(job):
         return Refusal("DoNotDisrupt", f'the job is annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}: "true"')
     if plan.restart and not job.spec.checkpoint.enabled:

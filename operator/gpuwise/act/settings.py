@@ -69,6 +69,7 @@ class GpuClass(ApiModel):
 
 
 class ActionSettings(ApiModel):
+    enabled: bool = Field(default=True, description="Act at all; false: Enforce-mode jobs only get recommendations.")
     dry_run: bool = Field(default=False, description="Record what would be done (state DryRun) and do nothing.")
     cooldown: Duration = Field(default="30m", description="After an action on a job ends, wait this long.")
     max_actions_per_job: int = Field(default=3, ge=0, le=10, description="Actions on one job, ever (dry runs aside).")
