@@ -123,25 +123,27 @@ class NodeAgent:
 class MigManager(NodeAgent):
     """NVIDIA's MIG Manager: when `nvidia.com/mig.config` changes it reports `pending`, then
     `success`, publishing the config's slices in the node's allocatable as the device plugin would
-    — or `failed` for configs in `fail`, or stays `pending` forever for configs in `wedge`."""
+    — or `failed` for configs in `fail`; a config in `hold` stays `pending` until it leaves the set
+    (forever: a wedged MIG Manager)."""
 
-    def __init__(self, kubeconfig: str, *, fail: set[str] | None = None, wedge: set[str] | None = None) -> None:
+    def __init__(self, kubeconfig: str, *, fail: set[str] | None = None, hold: set[str] | None = None) -> None:
         super().__init__(kubeconfig)
-        self.fail, self.wedge = fail or set(), wedge or set()
-        self.applied: dict[str, str] = {}  # node -> the config last acted on
+        self.fail, self.hold = fail or set(), hold or set()
+        self.applied: dict[str, str] = {}  # node -> the config last asked for
         self.seen: list[tuple[str, str]] = []  # (node, config) in the order they were asked for
 
     def react(self, name: str, labels: dict[str, str]) -> None:
         wanted = labels.get("nvidia.com/mig.config")
-        if wanted is None or self.applied.get(name) == wanted:
+        state = labels.get("nvidia.com/mig.config.state")
+        if wanted is None or (name not in self.applied and state == "success"):
+            self.applied.setdefault(name, wanted or "")  # what the node ran before the test began
             return
-        if name not in self.applied and labels.get("nvidia.com/mig.config.state") == "success":
-            self.applied[name] = wanted  # what the node ran before the test began
+        if self.applied.get(name) != wanted:
+            self.applied[name] = wanted
+            self.seen.append((name, wanted))
+            self.patch(name, {"nvidia.com/mig.config.state": "pending"})
             return
-        self.applied[name] = wanted
-        self.seen.append((name, wanted))
-        self.patch(name, {"nvidia.com/mig.config.state": "pending"})
-        if wanted in self.wedge:
+        if state != "pending" or wanted in self.hold:
             return
         if wanted in self.fail:
             self.patch(name, {"nvidia.com/mig.config.state": "failed"})

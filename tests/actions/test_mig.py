@@ -127,7 +127,7 @@ async def test_repartition_idles_the_node_sets_the_config_and_uncordons(kube: Ku
     assert record.details["previousMigConfig"] == "all-disabled" and record.details["applied"] == "true"
 
 
-@pytest.mark.parametrize(("outcome", "reason"), [("fail", "MigConfigFailed"), ("wedge", "MigConfigTimeout")])
+@pytest.mark.parametrize(("outcome", "reason"), [("fail", "MigConfigFailed"), ("hold", "MigConfigTimeout")])
 async def test_a_failed_or_wedged_config_is_rolled_back_and_the_node_uncordoned(
     kube: Kube, emulator: EmulatorThread, outcome: str, reason: str
 ) -> None:
@@ -193,7 +193,7 @@ async def test_a_resumed_action_does_not_ask_again(kube: Kube, emulator: Emulato
     job = job_view()
     record = planned(job)
     ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
-    with MigManager(str(emulator.kubeconfig), wedge={"all-3g.40gb"}) as manager:
+    with MigManager(str(emulator.kubeconfig), hold={"all-3g.40gb"}) as manager:
         for _ in range(3):  # choose, then cordon + evict + set the config, then follow the state
             progress = await MIG_REPARTITION.prepare(job, record, ctx)
             record = record.model_copy(update={"details": {**record.details, **progress.details}})
