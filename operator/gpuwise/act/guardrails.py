@@ -8,7 +8,7 @@ an Event, so the user sees why nothing happened. The checks, in order:
 - the action restarts the job but `spec.checkpoint.enabled` is false: never restarted;
 - the job has run less than `minRuntime`;
 - the job has had `maxActionsPerJob` actions (dry runs aside);
-- the last action ended less than `cooldown` ago;
+- the last action (or dry run) ended less than `cooldown` ago;
 - a disruption budget is used up: every budget that covers the job's namespace and is active now
   (always, or inside its cron window) allows `jobs` actions at once, a count or a share of the
   running TrainingJobs it covers; the most restrictive wins.
@@ -112,7 +112,7 @@ def job_refusal(
         return Refusal("MaxActions", f"the job has had {len(done)} action(s), the most allowed")
     if records:
         cooldown = parse_duration(settings.cooldown)
-        last = records[-1].updated_at
+        last = max(r.updated_at for r in records)
         if (now - last).total_seconds() < cooldown:
             return Refusal("Cooldown", f"the last action ended at {last:%H:%M:%S}; the cooldown is {settings.cooldown}")
     return None

@@ -1,0 +1,123 @@
+"""Guardrails and their settings: budgets (counts, shares, scopes, cron windows) and per-job limits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpuwise import wiring
+from gpuwise.act.guardrails import Fleet, budget_refusal, job_refusal, window_open
+from gpuwise.act.machine import JobView, Plan, new_record, transition
+from gpuwise.act.overrides import NONE
+from gpuwise.act.settings import ActionSettings, Budget
+from gpuwise.api.trainingjob import ActionKind, ActionState, TrainingJobSpec
+from gpuwise.operator.config import SettingsError, load_settings
+
+NOW = datetime(2026, 11, 23, 10, 30, tzinfo=UTC)  # a Monday
+PLAN = Plan(target=NONE.model_copy(update={"env": {"NUM_WORKERS": "4"}}), message="Set NUM_WORKERS=4.")
+
+
+def view(annotations: dict[str, str] | None = None, **spec: Any) -> JobView:
+    raw: dict[str, Any] = {"trainer": {"image": "x"}, "checkpoint": {"enabled": True}, **spec}
+    body = {"metadata": {"namespace": "team-a", "name": "bert", "annotations": annotations or {}}, "spec": raw}
+    return JobView("team-a", "bert", body, TrainingJobSpec.model_validate(raw), NONE)
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("jobs", "running", "allowed"),
+    [("10%", 1, 1), ("10%", 10, 1), ("10%", 11, 2), ("0%", 50, 0), ("100%", 7, 7), ("3", 1, 3), ("0", 9, 0)],
+)
+def test_a_share_rounds_up_and_a_count_is_a_count(jobs: str, running: int, allowed: int) -> None:
+    assert Budget(jobs=jobs).allowed(running) == allowed
+
+
+def test_the_most_restrictive_budget_covering_the_namespace_wins() -> None:
+    fleet = Fleet(running={"team-a": 4, "team-b": 16}, disrupted={"team-a": 1, "team-b": 1})
+    cluster_wide = Budget(jobs="20%")  # 4 of 20 running: 2 in use, room for 2 more
+    assert budget_refusal("team-a", fleet, [cluster_wide], NOW) is None
+    per_namespace = Budget(jobs="1", namespace="*")
+    refusal = budget_refusal("team-a", fleet, [cluster_wide, per_namespace], NOW)
+    assert refusal is not None and refusal.reason == "BudgetExhausted"
+    assert refusal.message == "the namespace * budget 1 allows 1 disrupted job(s) of 4 running, and 1 already are"
+    only_b = Budget(jobs="0", namespace="team-b")
+    assert budget_refusal("team-a", fleet, [cluster_wide, only_b], NOW) is None
+    assert budget_refusal("team-b", fleet, [cluster_wide, only_b], NOW) is not None
+
+
+def test_a_scheduled_budget_holds_only_inside_its_window() -> None:
+    office_hours = Budget(jobs="0", schedule="0 9 * * 1-5", duration="8h")
+    assert window_open(office_hours, NOW)
+    assert window_open(office_hours, NOW.replace(hour=9, minute=0))
+    assert not window_open(office_hours, NOW.replace(hour=17, minute=0))
+    assert not window_open(office_hours, NOW.replace(hour=8, minute=59))
+    assert not window_open(office_hours, NOW + timedelta(days=5))  # Saturday
+    fleet = Fleet(running={"team-a": 3}, disrupted={})
+    refusal = budget_refusal("team-a", fleet, [Budget(jobs="50%"), office_hours], NOW)
+    assert refusal is not None and "'0 9 * * 1-5' for 8h" in refusal.message
+    assert budget_refusal("team-a", fleet, [Budget(jobs="50%"), office_hours], NOW.replace(hour=20)) is None
+
+
+def test_settings_errors_name_the_key_and_the_fix(tmp_path: Any) -> None:
+    path = tmp_path / "settings.yaml"
+    cases = {
+        "actions:\n  budgets: [{jobs: ten}]\n": "actions.budgets.0.jobs",
+        "actions:\n  budgets: [{jobs: '150%'}]\n": "a percentage must be at most 100%",
+        "actions:\n  budgets: [{jobs: '1', schedule: '0 9 * *'}]\n": "is not a cron expression",
+        "actions:\n  budgets: [{jobs: '1', schedule: '0 9 * * *'}]\n": "schedule and duration go together",
+        "actions:\n  cooldown: soon\n": "is not a duration",
+        "actions:\n  maxActionsPerJob: 11\n": "actions.maxActionsPerJob",
+        "actions:\n  gpuClasses: [{name: l4, nodeSelector: {a: b}}, {name: l4, nodeSelector: {a: c}}]": "not repeat",
+    }
+    for text, expected in cases.items():
+        path.write_text(text)
+        with pytest.raises(SettingsError, match="invalid operator settings") as error:
+            load_settings(path)
+        assert expected in str(error.value), (text, str(error.value))
+
+
+# --- per job -------------------------------------------------------------------------------------
+
+
+def test_per_job_guardrails_in_order() -> None:
+    settings = ActionSettings(cooldown="30m", max_actions_per_job=2, min_runtime="10m")
+    started = NOW - timedelta(hours=1)
+
+    def refusal(job: JobView, records: list[Any] | None = None, at: datetime = NOW, **kw: Any) -> str | None:
+        found = job_refusal(
+            job, plan=PLAN, records=records or [], settings=kw.get("settings", settings), started_at=started, now=at
+        )
+        return found.reason if found else None
+
+    assert refusal(view()) is None
+    assert refusal(view(), settings=settings.model_copy(update={"enabled": False})) == "ActionsDisabled"
+    assert refusal(view({wiring.ANNOTATION_DO_NOT_DISRUPT: "true"})) == "DoNotDisrupt"
+    assert refusal(view(pod={"annotations": {wiring.ANNOTATION_DO_NOT_DISRUPT: "true"}})) == "DoNotDisrupt"
+    assert refusal(view({wiring.ANNOTATION_DO_NOT_DISRUPT: "false"})) is None
+    assert refusal(view(checkpoint={"enabled": False})) == "CheckpointDisabled"
+    no_restart = Plan(target=NONE, message="nothing to restart", restart=False)
+    assert (
+        job_refusal(
+            view(checkpoint={"enabled": False}),
+            plan=no_restart,
+            records=[],
+            settings=settings,
+            started_at=started,
+            now=NOW,
+        )
+        is None
+    )
+    assert refusal(view(), at=started + timedelta(minutes=5)) == "MinRuntime"
+
+    earlier = new_record(ActionKind.ADJUST_CONFIG, "InputBound", PLAN, NONE, NOW - timedelta(hours=2))
+    done = transition(earlier, ActionState.DONE, "NoWorse", "kept", NOW - timedelta(minutes=10))
+    assert refusal(view(), [done]) == "Cooldown"
+    assert refusal(view(), [done], at=NOW + timedelta(minutes=21)) is None
+    assert refusal(view(), [done, done], at=NOW + timedelta(hours=1)) == "MaxActions"
+    dry = transition(earlier, ActionState.DRY_RUN, "DryRun", "would", NOW - timedelta(hours=1))
+    assert refusal(view(), [done, dry]) == "Cooldown"
+    assert refusal(view(), [done, dry], at=NOW + timedelta(hours=1)) is None, "dry runs do not count"
