@@ -22,6 +22,12 @@ EVERYTHING: dict[str, Any] = {
         "enforce": True,
         "migRepartition": True,
         "reschedule": True,
+        "pack": True,
+        "nodes": {
+            "drainTimeout": "5m",
+            "mig": {"configs": {"balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}},
+            "timeSlicing": {"config": "shared-4"},
+        },
         "budgets": [{"jobs": "10%"}, {"jobs": "0", "namespace": "*", "schedule": "0 9 * * 1-5", "duration": "8h"}],
         "gpuClasses": [{"name": "l4", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}],
     },

@@ -236,12 +236,45 @@ def test_default_rbac_is_least_privilege() -> None:
 
 
 def test_actions_add_only_their_permissions() -> None:
-    mig = render({"actions": {"migRepartition": True}})
-    assert grants(mig, "nodes") == {"get", "list", "watch", "patch"}
-    assert grants(mig, "pods/eviction") == {"create"}
+    for action in ("migRepartition", "pack"):
+        docs = render({"actions": {action: True}})
+        assert grants(docs, "nodes") == {"get", "list", "watch", "patch"}, action
+        assert grants(docs, "pods/eviction") == {"create"}, action
+        assert not grants(docs, "poddisruptionbudgets"), "the Eviction API reads the budgets itself"
     reschedule = render({"actions": {"reschedule": True}})
     assert not grants(reschedule, "nodes")
     assert grants(reschedule, "pods/eviction") == {"create"}
+
+
+def test_node_actions_evict_in_every_namespace_even_when_watching_a_few() -> None:
+    """A node's GPU pods belong to anyone: idling it needs them all, whatever gpuwise watches."""
+    docs = render({"operator": {"watchNamespaces": ["team-a"]}, "actions": {"pack": True}})
+    assert grants(docs, "pods/eviction") == {"create"} and grants(docs, "pods") == {"get", "list"}
+    assert grants(docs, "pods", "Role") == {"get", "list", "watch"} and not grants(docs, "pods/eviction", "Role")
+    only_reschedule = render({"operator": {"watchNamespaces": ["team-a"]}, "actions": {"reschedule": True}})
+    assert not grants(only_reschedule, "pods/eviction") and grants(only_reschedule, "pods/eviction", "Role") == {
+        "create"
+    }
+
+
+def test_node_action_settings_reach_the_operator() -> None:
+    def nodes_of(values: dict[str, Any]) -> Any:
+        raw = yaml.safe_load(one(render(values), "ConfigMap", "gw-gpuwise-settings")["data"]["settings.yaml"])
+        return OperatorSettings.model_validate(raw).actions.nodes
+
+    default = nodes_of({})
+    assert default.time_slicing.config is None and default.packing_policy == "gpuwise"
+    assert default.drain_timeout == "10m" and default.mig.config_timeout == "15m" and default.mig.configs == {}
+    nodes = {
+        "packingPolicy": "bestfit",
+        "mig": {"configs": {"balanced": {"1g.10gb": 2, "3g.40gb": 1}}},
+        "timeSlicing": {"config": "shared-8", "replicas": 8},
+    }
+    chosen = nodes_of({"actions": {"pack": True, "nodes": nodes}})
+    assert chosen.packing_policy == "bestfit" and chosen.mig.configs == {"balanced": {"1g.10gb": 2, "3g.40gb": 1}}
+    assert chosen.time_slicing.config == "shared-8" and chosen.time_slicing.replicas == 8
+    with pytest.raises(helm.HelmValuesError, match="packingPolicy"):
+        render({"actions": {"nodes": {"packingPolicy": "firstfit"}}})
 
 
 def test_enforce_turns_actions_on_with_their_guardrails_and_permissions() -> None:
@@ -266,12 +299,13 @@ def test_enforce_turns_actions_on_with_their_guardrails_and_permissions() -> Non
 def test_named_namespaces_get_roles_not_cluster_wide_access() -> None:
     docs = render(EVERYTHING)
     cluster = rules_of(docs, "ClusterRole")
-    assert {r for rule in cluster for r in rule["resources"]} == {"customresourcedefinitions", "nodes"}
+    # Node actions (MigRepartition, Pack) idle nodes: pods of every namespace, read and evicted.
+    resources = {r for rule in cluster for r in rule["resources"]}
+    assert resources == {"customresourcedefinitions", "nodes", "pods", "pods/eviction"}
     roles = find(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     bindings = find(docs, "RoleBinding")
     assert all(b["subjects"][0]["namespace"] == NAMESPACE for b in bindings)
-    assert grants(docs, "pods/eviction", "Role") == {"create"}
     # Globs cannot be Roles: cluster-wide permissions, and kopf needs the namespace list.
     globbed = render({"operator": {"watchNamespaces": ["team-*"]}})
     assert not find(globbed, "Role") and grants(globbed, "namespaces") == {"list", "watch"}

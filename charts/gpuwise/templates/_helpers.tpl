@@ -86,8 +86,9 @@ app.kubernetes.io/component: operator
 {{- if gt (int .Values.operator.replicas) 1 }}true{{ end }}
 {{- end }}
 
-{{- define "gpuwise.evicts" -}}
-{{- if or .Values.actions.migRepartition .Values.actions.reschedule }}true{{ end }}
+{{/* Node-side actions idle a node's GPUs: whatever runs there, in any namespace. */}}
+{{- define "gpuwise.drainsNodes" -}}
+{{- if or .Values.actions.migRepartition .Values.actions.pack }}true{{ end }}
 {{- end }}
 
 {{- define "gpuwise.webhookCertDir" -}}/etc/gpuwise/webhook{{- end }}
@@ -124,6 +125,22 @@ actions:
   applyTimeout: {{ .Values.actions.applyTimeout | quote }}
   gpuClasses:
     {{- toYaml .Values.actions.gpuClasses | nindent 4 }}
+  {{- with .Values.actions.nodes }}
+  nodes:
+    drainTimeout: {{ .drainTimeout | quote }}
+    packingPolicy: {{ .packingPolicy | quote }}
+    mig:
+      configTimeout: {{ .mig.configTimeout | quote }}
+      configs:
+        {{- toYaml .mig.configs | nindent 8 }}
+    timeSlicing:
+      {{- with .timeSlicing.config }}
+      config: {{ . | quote }}
+      {{- end }}
+      replicas: {{ .timeSlicing.replicas }}
+      resource: {{ .timeSlicing.resource | quote }}
+      configTimeout: {{ .timeSlicing.configTimeout | quote }}
+  {{- end }}
 {{- end }}
 
 {{/* Namespaced permissions: granted cluster-wide, or in each watched namespace. ----------- */}}
@@ -156,7 +173,7 @@ actions:
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
-{{- if include "gpuwise.evicts" . }}
+{{- if and .Values.actions.reschedule (not (include "gpuwise.drainsNodes" .)) }}
 - apiGroups: [""]
   resources: [pods/eviction]
   verbs: [create]
