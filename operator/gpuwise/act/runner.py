@@ -336,6 +336,11 @@ class Runner:
 
     async def _verifying(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord | None:
         if job.status.get("phase") != Phase.RUNNING.value:
+            waited = (at - _entered(record, ActionState.VERIFYING)).total_seconds()
+            if waited > parse_duration(self.settings.apply_timeout):
+                # e.g. no node left to schedule on: back to what ran (its pods never started: no checkpoint)
+                message = f"The restarted job did not run within {self.settings.apply_timeout}"
+                return self._roll_back(record, "NotRunning", message, at)
             return None
         since = record.details.get("runningSince")
         if since is None:

@@ -24,7 +24,7 @@ from gpuwise.act.measure import Meter
 from gpuwise.act.runner import Runner
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
-from gpuwise.diagnose.prometheus import Prometheus
+from gpuwise.diagnose.prometheus import Prometheus, PrometheusError
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import publish_efficiency
 from gpuwise.operator.inject import inject_sidecar
@@ -162,7 +162,10 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
             fleet = [tj for store in trainingjobs.values() for tj in store]
             async with context.lock(namespace or "", name):
                 recommendations = (evaluated or {}).get("recommendations") or []
-                await runner.run(raw, list(pods.get((namespace, name), [])), fleet, recommendations)
+                try:
+                    await runner.run(raw, list(pods.get((namespace, name), [])), fleet, recommendations)
+                except PrometheusError as exc:  # the action waits where it is; the next cycle retries
+                    logger.warning("cannot advance actions: %s", exc)
 
     if webhook:
         register_webhook(registry, settings)
