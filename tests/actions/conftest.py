@@ -8,6 +8,7 @@ import pytest
 from kubernetes import config
 
 from gpuwise.operator.kube import Kube
+from tests.integration.conftest import Cluster
 from tests.support.emulator import EmulatorThread
 
 
@@ -21,3 +22,9 @@ def emulator() -> Iterator[EmulatorThread]:
 @pytest.fixture
 def kube(emulator: EmulatorThread) -> Kube:
     return Kube(config.new_client_from_config(config_file=str(emulator.kubeconfig)))
+
+
+@pytest.fixture
+def cluster(emulator: EmulatorThread) -> Cluster:
+    """The emulator as a kubectl-like client sees it (for tests that also run the operator)."""
+    return Cluster(emulator)

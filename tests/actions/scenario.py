@@ -146,11 +146,14 @@ def operator_config(tmp: Path, **actions: Any) -> Path:
     return path
 
 
-def start_operator(emulator: EmulatorThread, tmp: Path, prometheus: Prometheus, config: Path) -> Operator:
+def start_operator(
+    emulator: EmulatorThread, tmp: Path, prometheus: Prometheus, config: Path, query_step: int = 1
+) -> Operator:
+    """The operator evaluating every second; `query_step` as Prometheus' scrape interval (1 s here)."""
     args = [
         f"--prometheus-url={prometheus.url}",
         "--evaluate-seconds=1",
-        "--query-step-seconds=1",
+        f"--query-step-seconds={query_step}",
         f"--config={config}",
     ]
     return Operator(emulator, tmp / "operator.log", args).start()

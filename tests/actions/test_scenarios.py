@@ -68,11 +68,6 @@ def bert(fleet: tuple[Prometheus, dict[str, Trainer]]) -> Iterator[Trainer]:
 
 
 @pytest.fixture
-def cluster(emulator: EmulatorThread) -> Cluster:
-    return Cluster(emulator)
-
-
-@pytest.fixture
 def operator_settings() -> dict[str, object]:
     return {}
 
