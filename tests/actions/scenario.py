@@ -32,6 +32,8 @@ from tests.support.prometheus import Prometheus, running
 from tests.support.waiting import eventually
 
 TJ_API = "gpuwise.io/v1alpha1"
+# The simulated sidecar's GPU (its arguments): what the trainers' GPUs do.
+DATA_STARVED = ("--gpus", "1", "--scenario", "data-starved")
 FAST_WAIT = 0.03  # seconds of data wait per step: input-bound, about 25 steps/s
 TRAINER = textwrap.dedent(
     """
@@ -81,7 +83,9 @@ class Trainer:
 
 
 @contextmanager
-def trainer(tmp: Path, namespace: str, name: str) -> Iterator[tuple[Trainer, int]]:
+def trainer(
+    tmp: Path, namespace: str, name: str, gpu: tuple[str, ...] = DATA_STARVED, wait: float = FAST_WAIT
+) -> Iterator[tuple[Trainer, int]]:
     """A sidecar and an instrumented training process for worker 0 of `namespace/name`."""
     labels = {
         "GPUWISE_POD_NAME": f"{name}-0",
@@ -89,11 +93,11 @@ def trainer(tmp: Path, namespace: str, name: str) -> Iterator[tuple[Trainer, int
         "GPUWISE_TRAININGJOB": name,
         "GPUWISE_WORKER_INDEX": "0",
     }
-    args = ("--backend", "simulated", "--gpus", "1", "--scenario", "data-starved", "--interval", "1")
+    args = ("--backend", "simulated", *gpu, "--interval", "1")
     (tmp / name).mkdir()
     handle = Trainer(namespace, name, tmp / name / "checkpoint-request", tmp / name / "control")
     handle.request_file.write_text("")
-    handle.control.write_text(str(FAST_WAIT))
+    handle.control.write_text(str(wait))
     with sidecar(tmp / name, *args, env=environment(**labels)) as side:
         env = {**side.trainer_env("manual"), wiring.ENV_CHECKPOINT_REQUEST_FILE: str(handle.request_file)}
         process = subprocess.Popen([sys.executable, "-c", TRAINER, str(handle.control)], env=env, cwd=ROOT)
@@ -105,13 +109,16 @@ def trainer(tmp: Path, namespace: str, name: str) -> Iterator[tuple[Trainer, int
 
 
 @contextmanager
-def telemetry(tmp: Path, jobs: list[tuple[str, str]]) -> Iterator[tuple[Prometheus, dict[str, Trainer]]]:
-    """Trainers for `jobs` and a Prometheus scraping their sidecars every second."""
+def telemetry(
+    tmp: Path, jobs: list[tuple[str, str]], gpu: tuple[str, ...] = DATA_STARVED, wait: float = FAST_WAIT
+) -> Iterator[tuple[Prometheus, dict[str, Trainer]]]:
+    """Trainers for `jobs` and a Prometheus scraping their sidecars every second; `gpu` are the
+    simulated sidecars' GPU arguments, `wait` the seconds each step first waits for input."""
     with ExitStack() as stack:
         trainers: dict[str, Trainer] = {}
         targets = []
         for namespace, name in jobs:
-            handle, port = stack.enter_context(trainer(tmp, namespace, name))
+            handle, port = stack.enter_context(trainer(tmp, namespace, name, gpu, wait))
             trainers[name] = handle
             targets.append(f"127.0.0.1:{port}")
         config = {

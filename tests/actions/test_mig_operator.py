@@ -1,0 +1,131 @@
+"""MigRepartition end to end: the real operator moves a job that uses a tenth of its H100 onto a MIG slice.
+
+A real sidecar replays a light GPU trace (10 % SM activity, 6 GB of 80), a real instrumented
+trainer steps and answers the checkpoint request, a real Prometheus scrapes them; the operator
+diagnoses OversizedGPU, recommends a 1g.10gb slice and, in Enforce mode, checkpoints the job,
+repartitions the opted-in node through the played MIG Manager, and restarts the job on a slice.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.actions.scenario import (
+    Trainer,
+    events,
+    in_state,
+    job_of,
+    last_action,
+    operator_config,
+    run_job,
+    start,
+    start_operator,
+    telemetry,
+    trainingjob,
+)
+from tests.actions.support import MigManager, mig_node
+from tests.integration.conftest import Cluster, Operator
+from tests.support.emulator import EmulatorThread
+from tests.support.prometheus import AVAILABLE, Prometheus
+from tests.support.waiting import eventually
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(not AVAILABLE, reason="needs prometheus (make system-deps)"),
+]
+
+NODE = "gpu-node-a"  # where scenario.run_job puts worker 0
+LIGHT = {
+    "DCGM_FI_DEV_GPU_UTIL": 14.0,
+    "DCGM_FI_PROF_SM_ACTIVE": 0.09,
+    "DCGM_FI_PROF_SM_OCCUPANCY": 0.05,
+    "DCGM_FI_DEV_FB_USED": 6000.0,
+    "DCGM_FI_DEV_FB_FREE": 74000.0,
+    "DCGM_FI_DEV_POWER_USAGE": 110.0,
+    "DCGM_FI_DEV_GPU_TEMP": 41.0,
+}
+
+
+@pytest.fixture(scope="module")
+def light(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, Trainer]]:
+    tmp = tmp_path_factory.mktemp("mig")
+    trace = tmp / "light.jsonl"
+    trace.write_text("".join(json.dumps({"t": t, "gpu": 0, "values": LIGHT}) + "\n" for t in (0.0, 1.0)))
+    # Computing, not waiting on input (wait 0): a slice is the fix, not more DataLoader workers.
+    with telemetry(tmp, [("default", "vit")], ("--trace", str(trace)), wait=0.0) as (prometheus, trainers):
+        yield prometheus, trainers["vit"]
+
+
+@pytest.fixture
+def cluster(emulator: EmulatorThread) -> Cluster:
+    return Cluster(emulator)
+
+
+@pytest.fixture
+def operator(emulator: EmulatorThread, light: tuple[Prometheus, Trainer], tmp_path: Path) -> Iterator[Operator]:
+    nodes = {"drainTimeout": "5s", "mig": {"configTimeout": "20s"}}
+    running = start_operator(emulator, tmp_path, light[0], operator_config(tmp_path, nodes=nodes))
+    yield running
+    running.stop()
+
+
+def mig_job(name: str = "vit") -> dict:
+    return trainingjob(name, efficiency={"actions": ["MigRepartition"], "tunables": {}})
+
+
+def test_repartition_end_to_end_survives_an_operator_restart(
+    cluster: Cluster, emulator: EmulatorThread, operator: Operator, light: tuple[Prometheus, Trainer]
+) -> None:
+    trainer = light[1]
+    cluster.create(mig_node(NODE, allocatable={"nvidia.com/gpu": "1"}), namespace="")
+    with MigManager(str(emulator.kubeconfig), hold={"all-1g.10gb"}) as manager:
+        job = start(cluster, mig_job())
+        waiting = eventually(
+            lambda: in_state(cluster, "vit", "WaitingForCheckpoint"), timeout=40, what="a checkpoint request"
+        )
+        assert (waiting["action"], waiting["finding"]) == ("MigRepartition", "OversizedGPU")
+        assert waiting["changes"] == {"migProfile": "1g.10gb"}
+        eventually(lambda: trainer.project(cluster) == waiting["id"], what="the request on the pod")
+
+        # The runner stops the job, then prepares the node: cordoned, config asked for, MIG pending.
+        eventually(lambda: manager.seen, timeout=30, what="the MIG config label")
+        assert manager.seen == [(NODE, "all-1g.10gb")]
+        node = cluster.get("v1", "Node", NODE, namespace="") or {}
+        assert node["spec"]["unschedulable"] is True
+        assert last_action(cluster, "vit")["details"]["previousMigConfig"] == "all-disabled"
+
+        # Killed while MIG Manager works: the new process follows the same request, asks nothing again.
+        assert operator.process is not None
+        operator.process.send_signal(signal.SIGKILL)
+        operator.process.wait()
+        operator.start()
+        manager.hold.clear()
+
+        new_job = eventually(
+            lambda: (
+                (j := job_of(cluster, "vit"))
+                and j["metadata"]["uid"] != job["metadata"]["uid"]
+                and not j["spec"].get("suspend")
+                and j
+            ),
+            timeout=30,
+            what="the job released on a slice",
+        )
+        trainer_container = new_job["spec"]["template"]["spec"]["containers"][0]
+        assert trainer_container["resources"]["limits"] == {"cpu": "8", "nvidia.com/mig-1g.10gb": "1"}
+        run_job(cluster, new_job, node=NODE)
+        done = eventually(lambda: in_state(cluster, "vit", "Done"), timeout=30, what="the action verified")
+    assert manager.seen == [(NODE, "all-1g.10gb")], "asked once, across the restart"
+    node = cluster.get("v1", "Node", NODE, namespace="") or {}
+    assert not node["spec"].get("unschedulable")
+    assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    states = [step["state"] for step in done["history"]]
+    assert states == ["Planned", "WaitingForCheckpoint", "Applying", "Verifying", "Done"]
+    assert done["details"]["node"] == NODE and done["details"]["applied"] == "true"
+    assert len(events(cluster, "CheckpointRequested", "vit")) == 1
