@@ -104,11 +104,12 @@ def test_the_annotation_round_trips_and_bad_input_says_what_to_fix() -> None:
     assert overrides.annotation_patch(overrides.NONE)["metadata"]["annotations"][overrides.ANNOTATION_OVERRIDES] is None
     assert overrides.wanted({"metadata": {}}) == overrides.NONE
 
-    bad = {"metadata": {"annotations": {overrides.ANNOTATION_OVERRIDES: '{"env": {"NUM WORKERS": 6}, "color": 1}'}}}
+    bad = {"metadata": {"annotations": {overrides.ANNOTATION_OVERRIDES: '{"env": {"NUM WORKERS": "6"}, "color": 1}'}}}
     with pytest.raises(overrides.OverridesError) as error:
         overrides.wanted(bad)
     assert "annotation gpuwise.io/overrides is not valid" in str(error.value)
     assert "color: Extra inputs are not permitted" in str(error.value)
+    assert "'NUM WORKERS' is not a valid environment variable name" in str(error.value)
     assert "Fix or remove the annotation" in str(error.value)
     found, problem = read_overrides(bad)
     assert found == overrides.NONE

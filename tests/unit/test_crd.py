@@ -55,6 +55,7 @@ def test_schema_is_structural(schema: dict[str, Any]) -> None:
     for path, node in nodes(schema):
         assert "$ref" not in node and "$defs" not in node, path
         assert "uniqueItems" not in node, f"{path}: the API server forbids uniqueItems"
+        assert not {"patternProperties", "propertyNames"} & set(node), f"{path}: not in a CRD's schema"
         assert node.get("additionalProperties", {}) is not False, path
         assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
         if "anyOf" in node:

@@ -9,20 +9,30 @@ annotation is visible with `kubectl get tj -o yaml`, survives operator restarts,
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Final
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, field_validator
 
-from gpuwise.api.base import ApiModel, EnvVarName, Quantity
+from gpuwise.api.base import ApiModel, Quantity
 
-ResourceName = Annotated[str, StringConstraints(pattern=r"^([a-z0-9.-]+/)?[a-zA-Z0-9._-]+$", max_length=253)]
+RESOURCE_NAME_PATTERN: Final = r"^([a-z0-9.-]+/)?[a-zA-Z0-9._-]+$"
+ENV_NAME_PATTERN: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_NAME_PATTERN, max_length=253)]
 NodeName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+
+def _keys(names: dict[str, object], pattern: str, what: str) -> None:
+    # Map keys are checked here: a CRD's structural schema cannot constrain them (no patternProperties).
+    for name in names:
+        if not re.match(pattern, name) or len(name) > 253:
+            raise ValueError(f"{name!r} is not a valid {what} name")
 
 
 class JobOverrides(ApiModel):
     """Changes gpuwise renders into the Job: each field wins over the spec's value."""
 
-    env: dict[EnvVarName, str] = Field(
+    env: dict[str, str] = Field(
         default_factory=dict, description="Trainer environment variables (the job's declared tunables)."
     )
     avoid_nodes: list[NodeName] = Field(
@@ -31,7 +41,7 @@ class JobOverrides(ApiModel):
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Node labels added to spec.pod.nodeSelector (e.g. another GPU class)."
     )
-    resources: dict[ResourceName, Quantity] = Field(
+    resources: dict[str, Quantity] = Field(
         default_factory=dict,
         description="Trainer resources set in both requests and limits, e.g. nvidia.com/mig-3g.40gb: 1.",
     )
@@ -39,6 +49,18 @@ class JobOverrides(ApiModel):
         default_factory=list, description="Trainer resources dropped from requests and limits, e.g. nvidia.com/gpu."
     )
     suspend: bool = Field(default=False, description="Hold the Job suspended while an action prepares nodes for it.")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        _keys(dict(value), ENV_NAME_PATTERN, "environment variable")
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _resource_names(cls, value: dict[str, int | str]) -> dict[str, int | str]:
+        _keys(dict(value), RESOURCE_NAME_PATTERN, "resource")
+        return value
 
     def placement(self) -> JobOverrides:
         """The overrides a Job is rendered from, without `suspend` (which a running Job follows)."""
