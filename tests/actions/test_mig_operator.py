@@ -68,6 +68,12 @@ def cluster(emulator: EmulatorThread) -> Cluster:
 
 
 @pytest.fixture
+def trainer(light: tuple[Prometheus, Trainer]) -> Iterator[Trainer]:
+    yield light[1]
+    light[1].request_file.write_text("")  # the next test's job starts without a pending request
+
+
+@pytest.fixture
 def operator(emulator: EmulatorThread, light: tuple[Prometheus, Trainer], tmp_path: Path) -> Iterator[Operator]:
     nodes = {"drainTimeout": "5s", "mig": {"configTimeout": "20s"}}
     running = start_operator(emulator, tmp_path, light[0], operator_config(tmp_path, nodes=nodes))
@@ -80,9 +86,8 @@ def mig_job(name: str = "vit") -> dict:
 
 
 def test_repartition_end_to_end_survives_an_operator_restart(
-    cluster: Cluster, emulator: EmulatorThread, operator: Operator, light: tuple[Prometheus, Trainer]
+    cluster: Cluster, emulator: EmulatorThread, operator: Operator, trainer: Trainer
 ) -> None:
-    trainer = light[1]
     cluster.create(mig_node(NODE, allocatable={"nvidia.com/gpu": "1"}), namespace="")
     with MigManager(str(emulator.kubeconfig), hold={"all-1g.10gb"}) as manager:
         job = start(cluster, mig_job())
@@ -129,3 +134,28 @@ def test_repartition_end_to_end_survives_an_operator_restart(
     assert states == ["Planned", "WaitingForCheckpoint", "Applying", "Verifying", "Done"]
     assert done["details"]["node"] == NODE and done["details"]["applied"] == "true"
     assert len(events(cluster, "CheckpointRequested", "vit")) == 1
+
+
+def test_a_failed_mig_config_rolls_back_and_the_job_keeps_its_whole_gpu(
+    cluster: Cluster, emulator: EmulatorThread, operator: Operator, trainer: Trainer
+) -> None:
+    cluster.create(mig_node(NODE, allocatable={"nvidia.com/gpu": "1"}), namespace="")
+    with MigManager(str(emulator.kubeconfig), fail={"all-1g.10gb"}) as manager:
+        start(cluster, mig_job())
+        waiting = eventually(
+            lambda: in_state(cluster, "vit", "WaitingForCheckpoint"), timeout=40, what="a checkpoint request"
+        )
+        eventually(lambda: trainer.project(cluster) == waiting["id"], what="the request on the pod")
+        rolled_back = eventually(lambda: in_state(cluster, "vit", "RolledBack"), timeout=40, what="RolledBack")
+    assert rolled_back["reason"] == "MigConfigFailed"
+    assert manager.seen == [(NODE, "all-1g.10gb"), (NODE, "all-disabled")], "the previous config, asked back"
+    node = cluster.get("v1", "Node", NODE, namespace="") or {}
+    assert node["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
+    assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert not node["spec"].get("unschedulable")
+    job = job_of(cluster, "vit") or {}
+    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"cpu": "8", "nvidia.com/gpu": 1} and not job["spec"].get("suspend")
+    said = {e["message"]: e["type"] for e in events(cluster, "MigConfigFailed", "vit")}
+    assert any("could not apply all-1g.10gb" in message for message in said)
+    assert [kind for message, kind in said.items() if "RolledBack" in message] == ["Warning"]
