@@ -12,6 +12,7 @@ import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,7 @@ def operator(emulator: EmulatorThread, light: tuple[Prometheus, Trainer], tmp_pa
     running.stop()
 
 
-def mig_job(name: str = "vit") -> dict:
+def mig_job(name: str = "vit") -> dict[str, Any]:
     return trainingjob(name, efficiency={"actions": ["MigRepartition"], "tunables": {}})
 
 
