@@ -81,6 +81,14 @@ def operator(
     running.stop()
 
 
+def kill_and_restart(operator: Operator) -> None:
+    """Kill -9, as a node failure or an OOM kill would, then start a new operator process."""
+    assert operator.process is not None
+    operator.process.send_signal(signal.SIGKILL)
+    operator.process.wait()
+    operator.start()
+
+
 def acknowledge(cluster: Cluster, trainer: Trainer, request_id: str) -> None:
     """The kubelet projects the request; the trainer acknowledges it at a step boundary."""
     eventually(lambda: trainer.project(cluster) == request_id, what=f"checkpoint request {request_id} on the pod")
@@ -110,11 +118,7 @@ def test_adjust_config_end_to_end_survives_an_operator_restart(
     (pod,) = pods_of(cluster, "bert")
     assert pod["metadata"]["annotations"][wiring.ANNOTATION_CHECKPOINT_REQUEST] == waiting["id"]
 
-    # Killed in the middle: the new process resumes the same request, repeating nothing.
-    assert operator.process is not None
-    operator.process.send_signal(signal.SIGKILL)
-    operator.process.wait()
-    operator.start()
+    kill_and_restart(operator)  # the new process resumes the same request, repeating nothing
     acknowledge(cluster, bert, waiting["id"])
 
     new_job = restarted_job(cluster, job["metadata"]["uid"])
@@ -146,6 +150,8 @@ def test_a_change_that_made_the_job_slower_is_reverted(cluster: Cluster, operato
     acknowledge(cluster, bert, waiting["id"])
     bert.slow_down(0.15)  # the new configuration runs at a third of the speed
     new_job = restarted_job(cluster, job["metadata"]["uid"])
+    eventually(lambda: in_state(cluster, "bert", "Verifying"), timeout=20, what="Verifying")
+    kill_and_restart(operator)  # measuring goes on from the record, not from the start
 
     reverting = eventually(
         lambda: (r := last_action(cluster, "bert")).get("reverting") and r.get("state") == "WaitingForCheckpoint" and r,
@@ -160,6 +166,14 @@ def test_a_change_that_made_the_job_slower_is_reverted(cluster: Cluster, operato
     assert env_of(reverted)["NUM_WORKERS"] == "1"
     rolled_back = eventually(lambda: in_state(cluster, "bert", "RolledBack"), timeout=20, what="RolledBack")
     assert rolled_back["reason"] == "Worse"
+    states = [step["state"] for step in rolled_back["history"]]
+    assert states == [
+        "Planned", "WaitingForCheckpoint", "Applying", "Verifying", "WaitingForCheckpoint", "Applying", "RolledBack"
+    ]  # fmt: skip
+    worse = [e["message"].split(":")[0] for e in events(cluster, "Worse", "bert")]
+    assert sorted(worse) == [
+        f"AdjustConfig {waiting['id']} {state}" for state in ("RolledBack", "WaitingForCheckpoint")
+    ]
     tj = cluster.trainingjob("bert") or {}
     assert wiring.API_GROUP + "/overrides" not in (tj["metadata"].get("annotations") or {})
 
