@@ -5,10 +5,12 @@ do-not-disrupt, a node not opted in, another owner's change in flight, and a res
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.mig import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
@@ -83,8 +85,10 @@ def test_nodes_that_cannot_serve_say_why() -> None:
         mig_node("busy-mig", config="all-1g.10gb", state="pending"),
         mig_node("broken", state="failed"),
         mig_node("precious"),
-        mig_node("small", product="NVIDIA-A100-SXM4-40GB"),
+        mig_node("kept"),
     ]
+    nodes[-1]["metadata"]["annotations"] = {"gpuwise.io/do-not-disrupt": "true"}
+    nodes.append(mig_node("small", product="NVIDIA-A100-SXM4-40GB"))
     pods = [pod("keep", "precious", gpus=GPU, do_not_disrupt=True)]
     with pytest.raises(NoMigNodeError) as caught:
         choose(nodes, pods, "3g.40gb", 1)
@@ -94,6 +98,16 @@ def test_nodes_that_cannot_serve_say_why() -> None:
     assert "is failed" in reasons["broken"]
     assert reasons["precious"] == "default/keep must not be disrupted"
     assert "A100-40GB has no MIG profile '3g.40gb'" in reasons["small"]
+    assert reasons["kept"] == "annotated gpuwise.io/do-not-disrupt"
+
+
+def test_settings_name_what_to_fix() -> None:
+    with pytest.raises(ValidationError, match=re.escape("config 'odd': '9g.1gb' is not a MIG profile")):
+        ActionSettings.model_validate({"nodes": {"mig": {"configs": {"odd": {"9g.1gb": 1}}}}})
+    with pytest.raises(ValidationError, match="'firstfit' is not a packing policy; choose one of: random, bestfit"):
+        ActionSettings.model_validate({"nodes": {"packingPolicy": "firstfit"}})
+    with pytest.raises(ValidationError, match="drainTimeout"):
+        ActionSettings.model_validate({"nodes": {"drainTimeout": "soon"}})
 
 
 def test_plan_swaps_the_whole_gpu_for_a_slice_and_refuses_what_a_slice_cannot_serve() -> None:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpuwise import wiring
 from gpuwise.act import nodes
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
 from gpuwise.act.settings import ActionSettings
@@ -151,6 +152,9 @@ def choose(
             continue
         if (node.get("spec") or {}).get("unschedulable"):
             reasons[name] = "cordoned"
+            continue
+        if nodes.do_not_disrupt(dict(node)):
+            reasons[name] = f"annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}"
             continue
         in_flight = mig_change_in_flight(node)
         if in_flight:

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from gpuwise import wiring
 from gpuwise.act import mig, nodes
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
 from gpuwise.act.node_settings import TimeSlicingSettings
@@ -121,6 +122,8 @@ def cluster_view(
             reasons[name] = "cordoned"
         elif labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != shared.config and foreign:
             reasons[name] = "runs whole-GPU pods; Pack evicts nobody to switch it to time-slicing"
+        elif labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != shared.config and nodes.do_not_disrupt(dict(node)):
+            reasons[name] = f"annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}: not switched to time-slicing"
         else:
             usable.append(node)
     allocatable = [(n.get("status") or {}).get("allocatable") or {} for n in usable]
