@@ -11,6 +11,7 @@ file, so a test can make the job slower (a change that made things worse).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -151,6 +152,12 @@ def operator_config(tmp: Path, **actions: Any) -> Path:
     path = tmp / "operator.yaml"
     path.write_text(yaml.safe_dump({"actions": settings}))
     return path
+
+
+def show_log(operator: Operator) -> None:
+    """With GPUWISE_SHOW_OPERATOR_LOG set, the operator's log goes to the test's stderr."""
+    if os.environ.get("GPUWISE_SHOW_OPERATOR_LOG"):
+        sys.stderr.write(operator.log())
 
 
 def start_operator(

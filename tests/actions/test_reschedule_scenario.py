@@ -30,6 +30,7 @@ from tests.actions.scenario import (
     job_of,
     operator_config,
     phase,
+    show_log,
     start_operator,
     trainingjob,
 )
@@ -105,6 +106,7 @@ def operator(emulator: EmulatorThread, straggling: tuple[Prometheus, Path], tmp_
     running_operator = start_operator(emulator, tmp_path, straggling[0], config, query_step=15)
     yield running_operator
     running_operator.stop()
+    show_log(running_operator)
 
 
 def run_workers(cluster: Cluster, job: dict[str, Any], nodes: tuple[str, ...]) -> None:

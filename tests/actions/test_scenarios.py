@@ -29,6 +29,7 @@ from tests.actions.scenario import (
     operator_config,
     pods_of,
     run_job,
+    show_log,
     start,
     start_operator,
     status_of,
@@ -79,6 +80,7 @@ def operator(
     running = start_operator(emulator, tmp_path, prometheus, operator_config(tmp_path, **operator_settings))
     yield running
     running.stop()
+    show_log(running)
 
 
 def kill_and_restart(operator: Operator) -> None:

@@ -18,8 +18,10 @@ An action *kind* (AdjustConfig, Reschedule, MigRepartition, Pack) is a subclass 
 
 - `plan()` turns a recommendation into the overrides the job should run with (pure);
 - `restart` in the plan says whether the job must be stopped and started again from a checkpoint;
-- `prepare()` / `undo()` are node-side hooks run while the job is stopped (cordon, evict, MIG
-  config…), called once per cycle until they say `ready`; both must be idempotent;
+- `prepare()` / `undo()` are node-side hooks (cordon, evict, MIG config…) for kinds with
+  `prepares_nodes`, run while the job is held suspended — `prepare` before it runs with the new
+  overrides, `undo` before it runs with the old ones again (on failure or revert) — called once
+  per cycle until they say `ready`; both must be idempotent;
 - `verify()` judges the job's throughput after the change against before it (keep or revert).
 
 The runner (`gpuwise.act.runner`) owns the transitions; kinds never write status themselves.
@@ -141,7 +143,7 @@ class Action:
         return READY
 
     async def undo(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
-        """Take back what `prepare` did, on failure or revert (node-side)."""
+        """Take back what `prepare` did, on failure or revert, while the job is held (node-side)."""
         return READY
 
     def verify(self, record: ActionRecord, settings: ActionSettings) -> Verdict:

@@ -49,7 +49,7 @@ from gpuwise.api.trainingjob import (
     Recommendation,
 )
 from gpuwise.operator.kube import Kube
-from gpuwise.operator.reconcile import TERMINAL_PHASES, as_body, parse_spec
+from gpuwise.operator.reconcile import TERMINAL_PHASES, as_body, follow_mutable_fields, parse_spec
 
 JsonDict = dict[str, Any]
 # Steps one cycle may take for one job (e.g. Planned → WaitingForCheckpoint at once).
@@ -297,34 +297,34 @@ class Runner:
         return False
 
     async def _applying(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord | None:
+        """Run the job with the target overrides (the previous ones when reverting), one step a call.
+
+        Forward and back are the same steps: write the overrides (held suspended while a
+        node-side hook has work to do), replace the Job rendered with other ones, run the hook
+        (`prepare` forward, `undo` back) until ready, release the Job.
+        """
         action = self.kinds[record.action]
-        ctx = ActContext(kube=self.kube, settings=self.settings, now=at)
         if record.reverting:
-            if record.details.get("undone") != "true":
-                progress = await action.undo(job, record, ctx)
-                details = {**record.details, **progress.details, **({"undone": "true"} if progress.ready else {})}
-                return record.model_copy(update={"details": details, "message": progress.message or record.message})
-            target = record.overrides_before or job_overrides.NONE
-            prepared = True
+            target, hook, flag = record.overrides_before or job_overrides.NONE, action.undo, "undone"
         else:
-            target = record.overrides_target or job_overrides.NONE
-            prepared = not action.prepares_nodes or record.details.get("prepared") == "true"
+            target, hook, flag = record.overrides_target or job_overrides.NONE, action.prepare, "prepared"
             limit = parse_duration(self.settings.apply_timeout)
             if (at - _entered(record, ActionState.APPLYING)).total_seconds() > limit:
                 raise ActionFailed("ApplyTimeout", f"The change did not complete within {self.settings.apply_timeout}")
-        if not await self._set_overrides(job, target.model_copy(update={"suspend": not prepared})):
+        ready = not action.prepares_nodes or record.details.get(flag) == "true"
+        if not await self._set_overrides(job, target.model_copy(update={"suspend": not ready})):
             return None
         current = await self.kube.get("batch/v1", "Job", job.namespace, job.name)
-        if current is None:
-            return None  # the reconciler renders the new Job from the overrides
-        if current["metadata"].get("deletionTimestamp"):
-            return None
+        if current is None or current["metadata"].get("deletionTimestamp"):
+            return None  # the reconciler renders the new Job from the overrides once the old one is gone
         if job_overrides.applied(current) != target.placement():
             await self.kube.delete("batch/v1", "Job", job.namespace, job.name)
             return None
-        if not prepared:
-            progress = await action.prepare(job, record, ctx)
-            details = {**record.details, **progress.details, **({"prepared": "true"} if progress.ready else {})}
+        # Hold or release it now: the reconciler would, but only at its next resync.
+        await follow_mutable_fields(current, job.spec, target.model_copy(update={"suspend": not ready}), self.kube)
+        if not ready:
+            progress = await hook(job, record, ActContext(kube=self.kube, settings=self.settings, now=at))
+            details = {**record.details, **progress.details, **({flag: "true"} if progress.ready else {})}
             return record.model_copy(update={"details": details, "message": progress.message or record.message})
         if record.reverting:
             reason = record.details.get("failure", "Reverted")

@@ -155,14 +155,15 @@ async def ensure_workload(
     return existing, check_running_job(existing, owner, spec)
 
 
-async def follow_mutable_fields(job: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, ctx: Context) -> None:
+async def follow_mutable_fields(job: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, kube: Kube) -> None:
+    """Suspend and deadline follow the spec (and an action holding the job) without a new Job."""
     if job["metadata"].get("deletionTimestamp"):
         return  # an action is replacing it
     wanted = workload.mutable_job_fields(spec, overrides)
     current = {key: job.get("spec", {}).get(key) for key in wanted}
     if current != wanted:
         meta = job["metadata"]
-        await ctx.kube.patch("batch/v1", "Job", meta["namespace"], meta["name"], {"spec": wanted})
+        await kube.patch("batch/v1", "Job", meta["namespace"], meta["name"], {"spec": wanted})
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ async def reconcile(
             elif job is not None:
                 problem = check_running_job(job, owner, spec)
                 if problem is None and not finished:
-                    await follow_mutable_fields(job, spec, overrides, ctx)
+                    await follow_mutable_fields(job, spec, overrides, ctx.kube)
             problem = problem or overrides_problem
         if job is None and finished:
             return  # the Job went away after the end (ttlSecondsAfterFinished): keep the final status
