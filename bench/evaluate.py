@@ -9,7 +9,7 @@ openmetrics` into an empty data directory, starts Prometheus on loopback over it
 fresh process (so its peak RSS is the evaluation's, not the generator's):
 
 - one batched cycle: `fetch()` + `Snapshot.window()` + `diagnose()` for every job, twice;
-- the naive way, the same 14 queries per job restricted to that job, for a sample of jobs,
+- the naive way, the same 18 quantities per job restricted to that job, for a sample of jobs,
   extrapolated to all of them.
 
 Operator CPU is `time.process_time()` of the measuring process (Prometheus runs elsewhere), RSS is
@@ -45,14 +45,16 @@ TARGET_RSS_MIB: Final = 300.0
 NAMESPACES: Final = 100
 MODEL: Final = "NVIDIA H100 80GB HBM3"
 FB_TOTAL_MIB: Final = 81_559
-# Five kinds of job, in turn: what each looks like (GPU util %, data wait, FB used MiB, autocast, tensor).
+# Six kinds of job, in turn: what each looks like (GPU util %, data wait, FB used MiB, autocast, tensor).
 PROFILES: Final = {
     "input-bound": (30.0, 0.6, 30_000.0, 1, 0.3),
     "small-batch": (35.0, 0.05, 8_000.0, 1, 0.3),
     "healthy": (92.0, 0.02, 60_000.0, 1, 0.5),
     "no-amp": (70.0, 0.05, 50_000.0, 0, 0.02),
     "idle": (0.0, 0.0, 40_000.0, 1, 0.0),
+    "throttled": (92.0, 0.02, 60_000.0, 1, 0.5),  # and its GPUs in thermal slowdown
 }
+THERMAL_SLOWDOWN: Final = "96"  # NVML clock-event reasons: software and hardware thermal slowdown
 NOISE: Final = [((i * 37) % 23 - 11) / 11 for i in range(97)]  # deterministic, in [-1, 1]
 
 
@@ -103,21 +105,24 @@ def generate(out: TextIO, jobs: int, end: int, interval: int, history: int) -> i
     def profile(i: int) -> tuple[float, float, float, int, float]:
         return profiles[i % len(profiles)]
 
-    def idle(i: int) -> bool:
-        return i % len(profiles) == list(PROFILES).index("idle")
+    def kind(i: int, name: str) -> bool:
+        return i % len(profiles) == list(PROFILES).index(name)
 
     device(catalog.GPU_UTIL, lambda i, g: noisy(profile(i)[0], 4.0 if profile(i)[0] else 0.0, i + g, ".0f"))
     device(catalog.FB_USED, lambda i, g: noisy(profile(i)[2], 200.0, i + g, ".0f"))
     device(catalog.FB_FREE, lambda i, g: noisy(FB_TOTAL_MIB - profile(i)[2], -200.0, i + g, ".0f"))
     device(catalog.SM_ACTIVE, lambda i, g: noisy(profile(i)[0] / 110, 0.02 if profile(i)[0] else 0.0, i + g, ".3f"))
     device(catalog.TENSOR_ACTIVE, lambda i, g: noisy(profile(i)[4], 0.01 if profile(i)[4] else 0.0, i + g, ".3f"))
+    device(catalog.PCIE_TX, lambda i, g: noisy(2e8, 1e7, i + g, ".0f"))
+    device(catalog.PCIE_RX, lambda i, g: noisy(6e8, 1e7, i + g, ".0f"))
+    device(catalog.CLOCKS_EVENT_REASONS, lambda i, g: constant(THERMAL_SLOWDOWN if kind(i, "throttled") else "0"))
     _family(out, catalog.SIDECAR_INFO)
     for _, ns, job, pod in job_names(jobs):
         labels = f'namespace="{ns}",pod="{pod}",trainingjob="{job}",worker="0"'
         series(f"{catalog.SIDECAR_INFO.name}{{{labels}}}", constant("1"))
-    process(catalog.DATA_WAIT_RATIO, lambda i: None if idle(i) else noisy(profile(i)[1], 0.03, i, ".3f"))
+    process(catalog.DATA_WAIT_RATIO, lambda i: None if kind(i, "idle") else noisy(profile(i)[1], 0.03, i, ".3f"))
     last_idle_step = str(end - history - 600)
-    process(catalog.LAST_STEP, lambda i: constant(last_idle_step) if idle(i) else list(stamps))
+    process(catalog.LAST_STEP, lambda i: constant(last_idle_step) if kind(i, "idle") else list(stamps))
     process(catalog.BATCH_SIZE, lambda i: constant("8" if profile(i)[2] < 10_000 else "64"))
     process(catalog.NUM_WORKERS, lambda i: constant("2"))
     process(catalog.PIN_MEMORY, lambda i: constant("0"))
@@ -180,18 +185,22 @@ def batched_cycle(url: str, now: float, window: float, step: float) -> dict[str,
 
 
 def per_job_queries(namespace: str, job: str, pod: str, window: str) -> tuple[dict[str, str], dict[str, str]]:
-    """What an operator without batching asks for one job: the same 14 quantities, filtered to it."""
+    """What an operator without batching asks for one job: the same 18 quantities, filtered to it."""
     dev = (f'namespace="{namespace}"', f'pod="{pod}"')
     proc = (f'namespace="{namespace}"', f'trainingjob="{job}"')
     ranged = {
         "gpu_utilization": f"avg({sel(catalog.GPU_UTIL, *dev)})",
         "data_wait_fraction": f"avg({sel(catalog.DATA_WAIT_RATIO, *proc)})",
+        "sm_active": f"max({sel(catalog.SM_ACTIVE, *dev)})",
+        "clock_events": f"max({sel(catalog.CLOCKS_EVENT_REASONS, *dev)})",
     }
     instant = {
         "sm_activity": f"avg(avg_over_time({sel(catalog.SM_ACTIVE, *dev)}[{window}]))",
         "tensor_activity": f"avg(avg_over_time({sel(catalog.TENSOR_ACTIVE, *dev)}[{window}]))",
         "memory_used_mib": f"max(max_over_time({sel(catalog.FB_USED, *dev)}[{window}]))",
         "memory_total_mib": f"max({sel(catalog.FB_USED, *dev)} + {sel(catalog.FB_FREE, *dev)})",
+        "pcie_tx": f"avg(avg_over_time({sel(catalog.PCIE_TX, *dev)}[{window}]))",
+        "pcie_rx": f"avg(avg_over_time({sel(catalog.PCIE_RX, *dev)}[{window}]))",
         "gpus": f"count({sel(catalog.GPU_UTIL, *dev)})",
         "gpu_model": f"count by (modelName) ({sel(catalog.GPU_UTIL, *dev)})",
         "last_step": f"max({sel(catalog.LAST_STEP, *proc)})",
@@ -280,7 +289,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures["setup"] = {
         "jobs": args.jobs,
         "gpus_per_job": 2,
-        "series": args.jobs * 18,
+        "series": args.jobs * 24,
         "samples": samples,
         "history": args.history,
         "interval": args.interval,

@@ -39,7 +39,7 @@ def test_decodes_labels_and_points_as_json_does() -> None:
     for got, want in zip(decoded, expected, strict=True):
         timed = [(float(t), float(v)) for t, v in want["values"]]
         assert repr(got.timed()) == repr(timed)  # repr: NaN equals NaN
-        assert repr(got.values()) == repr([v for _, v in timed])
+        assert repr(list(got.values())) == repr([v for _, v in timed])
     assert math.isinf(decoded[1].values()[1])
 
 

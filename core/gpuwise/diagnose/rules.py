@@ -17,7 +17,7 @@ from datetime import datetime
 from gpuwise.api.trainingjob import ActionKind, Finding, Recommendation, Tunables
 from gpuwise.decide.mig_profiles import COMPUTE_SLICES, MigProfile, UnknownGpuModelError, gpu_model
 from gpuwise.diagnose.straggler import detect_stragglers, persistent_slow_workers
-from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, holds
+from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 
 # The recommendation's `changes` key that names a MIG profile (gpuwise.act.mig reads it).
 MIG_PROFILE_CHANGE = "migProfile"
@@ -91,8 +91,8 @@ def idle(ctx: Context) -> Diagnosis | None:
 def input_bound(ctx: Context) -> Diagnosis | None:
     """The GPU waits for data: many DataLoader workers or pinned memory make input keep up."""
     w, t = ctx.window, ctx.thresholds
-    waiting = ctx.sustained("InputBound", w.data_wait_fraction, lambda f: f >= t.data_wait_fraction)
-    underused = ctx.sustained("InputBound", w.gpu_utilization, lambda u: u < t.gpu_utilization)
+    waiting = ctx.sustained("InputBound", w.data_wait_fraction, at_least(t.data_wait_fraction))
+    underused = ctx.sustained("InputBound", w.gpu_utilization, below(t.gpu_utilization))
     if not (waiting and underused):
         return None
     wait, util = w.mean(w.data_wait_fraction) or 0.0, w.mean(w.gpu_utilization) or 0.0
@@ -160,7 +160,7 @@ def small_batch(ctx: Context) -> Diagnosis | None:
     used = w.memory_used_mib / w.memory_total_mib
     if used >= t.memory_headroom:
         return None
-    if not ctx.sustained("SmallBatch", w.gpu_utilization, lambda u: u < t.gpu_utilization):
+    if not ctx.sustained("SmallBatch", w.gpu_utilization, below(t.gpu_utilization)):
         return None
     model = fit_memory(w.memory_by_batch or [(w.batch_size, w.memory_used_mib)])
     changes: dict[str, str] = {}
@@ -340,7 +340,7 @@ def oversized_gpu(ctx: Context) -> Diagnosis | None:
         return None
     if (wait := w.mean(w.data_wait_fraction)) is not None and wait >= t.data_wait_fraction:
         return None
-    if not ctx.sustained("OversizedGPU", activity, lambda a: a < t.oversized_activity):
+    if not ctx.sustained("OversizedGPU", activity, below(t.oversized_activity)):
         return None
     needed = _percentile(activity, ctx.sustain.hold_fraction)
     slices = max(1, math.ceil(needed * COMPUTE_SLICES / t.mig_fill))
@@ -385,7 +385,7 @@ def throttling(ctx: Context) -> Diagnosis | None:
     throttled = {
         worker: series
         for worker, series in ctx.window.clock_slowdowns.items()
-        if ctx.sustained("Throttling", series, lambda bits: bits > 0)
+        if ctx.sustained("Throttling", series, at_least(1.0))
     }
     if not throttled:
         return None
@@ -442,10 +442,9 @@ def communication_bound(ctx: Context) -> Diagnosis | None:
     if max(tx, rx) > t.collective_symmetry * min(tx, rx):
         return None
     activity, metric = compute_activity(w)
-    busy = t.gpu_utilization / 100
-    if not ctx.sustained("CommunicationBound", activity, lambda a: a < busy):
+    if not ctx.sustained("CommunicationBound", activity, below(t.gpu_utilization / 100)):
         return None
-    if not ctx.sustained("CommunicationBound", w.data_wait_fraction, lambda f: f < t.data_wait_fraction):
+    if not ctx.sustained("CommunicationBound", w.data_wait_fraction, below(t.data_wait_fraction)):
         return None
     computing, waiting = w.mean(activity) or 0.0, w.mean(w.data_wait_fraction) or 0.0
     elsewhere = max(0.0, 1 - computing - waiting)
