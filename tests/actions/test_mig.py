@@ -218,3 +218,16 @@ async def test_a_resumed_action_does_not_ask_again(kube: Kube, emulator: Emulato
         assert not again.ready and "pending" in again.message
         assert manager.seen == [("gpu-1", "all-3g.40gb")]  # the label was not set a second time
     assert (await labels_of(kube, "gpu-1"))["nvidia.com/mig.config.state"] == "pending"  # nor the state touched
+
+
+async def test_admit_refuses_before_anything_is_disrupted(kube: Kube) -> None:
+    """The runner asks before the checkpoint: no node, no checkpoint request and no stopped job."""
+    job = job_view()
+    plan = MIG_REPARTITION.plan(job, recommend(migProfile="3g.40gb"), SETTINGS)
+    assert isinstance(plan, Plan)
+    ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
+    refused = await MIG_REPARTITION.admit(job, plan, ctx)
+    assert refused is not None and refused.reason == "NoMigNode"
+    assert "no node is opted in for MIG (label gpuwise.io/gpu-partitioning=mig)" in refused.message
+    await kube.create(mig_node("gpu-1"))
+    assert await MIG_REPARTITION.admit(job, plan, ctx) is None

@@ -3,11 +3,12 @@ emulator with a played device plugin; and packing onto MIG slices that are alrea
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from gpuwise.act.machine import ActionFailed, Plan, Progress, Refusal
+from gpuwise.act.machine import ActContext, ActionFailed, Plan, Progress, Refusal
 from gpuwise.act.pack import LABEL_DEVICE_PLUGIN_CONFIG, PACK, cluster_view, mebibytes, place_workers
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
@@ -173,3 +174,17 @@ async def test_pack_onto_free_mig_slices_but_never_repartitions(kube: Kube) -> N
     assert (await kube.get("v1", "Node", "", "sliced") or {})["metadata"]["labels"][
         "nvidia.com/mig.config"
     ] == "all-1g.10gb"
+
+
+async def test_admit_refuses_before_anything_is_disrupted(kube: Kube) -> None:
+    ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
+    shares = PACK.plan(job_view(), recommend(ActionKind.PACK), SETTINGS)
+    slices = PACK.plan(job_view(), recommend(ActionKind.PACK, migProfile="1g.10gb"), SETTINGS)
+    assert isinstance(shares, Plan) and isinstance(slices, Plan)
+    refused = await PACK.admit(job_view(), shares, ctx)
+    assert refused is not None and refused.reason == "NoSharedGpu" and "no node is opted in" in refused.message
+    await kube.create(mig_node("whole-gpus"))  # opted in for MIG, but no slices carved
+    refused = await PACK.admit(job_view(), slices, ctx)
+    assert refused is not None and refused.reason == "NoFreeMigSlices"
+    await kube.create(ts_node("ts-1"))
+    assert await PACK.admit(job_view(), shares, ctx) is None

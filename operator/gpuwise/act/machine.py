@@ -138,6 +138,11 @@ class Action:
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
         raise NotImplementedError
 
+    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Refusal | None:
+        """Whether the cluster can take `plan` now, asked before anything is disrupted (no checkpoint
+        requested, no job stopped): node-side kinds look for a node that can serve it."""
+        return None
+
     async def prepare(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         """Make the cluster ready for the target overrides while the job is stopped (node-side)."""
         return READY

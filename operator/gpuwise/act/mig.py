@@ -34,11 +34,13 @@ from typing import Any, Final
 from gpuwise import wiring
 from gpuwise.act import nodes
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
+from gpuwise.act.node_settings import NodeActionSettings
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 from gpuwise.decide.mig import GpuState, MigInstance, NoGeometryError, plan_gpu
 from gpuwise.decide.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
+from gpuwise.operator.kube import Kube
 
 JsonDict = dict[str, Any]
 
@@ -121,7 +123,9 @@ class NoMigNodeError(Exception):
 
     def __init__(self, profile: str, count: int, reasons: Mapping[str, str]) -> None:
         self.reasons = dict(reasons)
-        why = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items())) or "no nodes"
+        why = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
+        if not why:
+            why = f"no node is opted in for MIG (label {LABEL_PARTITIONING}={PARTITIONING_MIG})"
         super().__init__(f"no node can offer {count} x {profile}: {why}")
 
 
@@ -197,6 +201,20 @@ def choose(
     if not options:
         raise NoMigNodeError(profile, count, reasons)
     return min(options, key=lambda option: option[0])[1]
+
+
+async def find_slices(kube: Kube, job: JobView, details: Mapping[str, str], settings: NodeActionSettings) -> Choice:
+    """:func:`choose` over the opted-in nodes and the GPU pods on them, as they are now."""
+    candidates = await kube.list("v1", "Node", label_selector=f"{LABEL_PARTITIONING}={PARTITIONING_MIG}")
+    pods = [pod for node in candidates for pod in await nodes.gpu_pods(kube, node["metadata"]["name"])]
+    return choose(
+        candidates,
+        pods,
+        details["migProfile"],
+        int(details.get("workers", "1")),
+        own_pods=frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods),
+        extra_configs=settings.mig.configs,
+    )
 
 
 # --- the action -----------------------------------------------------------------------------
@@ -302,25 +320,19 @@ class MigRepartition(Action):
             drain_timeout=ctx.settings.nodes.drain_timeout,
         )
 
+    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Refusal | None:
+        """Stop nothing unless some node can serve the slices now."""
+        try:
+            await find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)
+        except NoMigNodeError as exc:
+            return Refusal("NoMigNode", str(exc))
+        return None
+
     async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         profile = record.details["migProfile"]
-        own = frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods)
-        candidates = await ctx.kube.list("v1", "Node", label_selector=f"{LABEL_PARTITIONING}={PARTITIONING_MIG}")
-        pods = [pod for pod in await ctx.kube.list("v1", "Pod") if nodes.holds_gpus(pod)]
         try:
-            choice = choose(
-                candidates,
-                pods,
-                profile,
-                int(record.details.get("workers", "1")),
-                own_pods=own,
-                extra_configs=ctx.settings.nodes.mig.configs,
-            )
+            choice = await find_slices(ctx.kube, job, record.details, ctx.settings.nodes)
         except NoMigNodeError as exc:
-            if not candidates:
-                raise ActionFailed(
-                    "NoMigNode", f"no node is opted in for MIG (label {LABEL_PARTITIONING}={PARTITIONING_MIG})"
-                ) from exc
             raise ActionFailed("NoMigNode", str(exc)) from exc
         chosen = {"node": choice.node, "migConfig": choice.config, "previousMigConfig": choice.previous}
         if not choice.changes_config:

@@ -29,7 +29,7 @@ import numpy as np
 from gpuwise import wiring
 from gpuwise.act import mig, nodes
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
-from gpuwise.act.node_settings import TimeSlicingSettings
+from gpuwise.act.node_settings import NodeActionSettings, TimeSlicingSettings
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
@@ -39,6 +39,7 @@ from gpuwise.decide.packing.policies import Context
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
 from gpuwise.operator.evaluate import cpu_cores
+from gpuwise.operator.kube import Kube
 
 JsonDict = dict[str, Any]
 
@@ -197,6 +198,46 @@ def place_workers(cluster: Cluster, request: PodRequest, workers: int, policy: s
     return chosen
 
 
+class NoSharedGpuError(Exception):
+    """No time-sliced GPU can take the job's workers; the message says why."""
+
+
+async def find_shares(
+    kube: Kube, job: JobView, workers: int, settings: NodeActionSettings
+) -> tuple[list[str], str | None]:
+    """Each worker's node, by the packing planner, and the one node that must first be switched to
+    time-slicing (None when the shares exist already); raises :class:`NoSharedGpuError`."""
+    shared = settings.time_slicing
+    candidates = await kube.list("v1", "Node", label_selector=f"{mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING}")
+    if not candidates:
+        raise NoSharedGpuError(
+            f"no node is opted in for time-slicing (label {mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
+        )
+    worker = {"spec": {"containers": [{"resources": job.spec.trainer.resources_per_node.to_k8s()}]}}
+    shape = (*_requests(worker), 1, MILLI // shared.replicas)
+    own = frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods)
+    pods = await kube.list("v1", "Pod")  # every GPU pod: the workload the policy expects to keep coming
+    cluster, reasons = cluster_view(candidates, pods, shared, own_pods=own, extra_shapes=[shape] * workers)
+    request = PodRequest(*shape, allowed_models=np.ones(len(cluster.state.nodes.models), dtype=np.bool_))
+    chosen = place_workers(cluster, request, workers, settings.packing_policy) if len(cluster.state.nodes) else None
+    if chosen is None:
+        why = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
+        raise NoSharedGpuError(f"no time-sliced GPU has room for {workers} worker(s)" + (f" ({why})" if why else ""))
+    switch = sorted(set(chosen) & cluster.switch_needed)
+    if len(switch) > 1:
+        raise NoSharedGpuError(
+            f"the workers would need {len(switch)} nodes switched to time-slicing; Pack switches one"
+        )
+    return chosen, (switch[0] if switch else None)
+
+
+def _no_free_slices(details: Mapping[str, str]) -> str:
+    return (
+        f"no node has {details.get('workers', '1')} free {details.get('migProfile')} slice(s); "
+        "MigRepartition can make them"
+    )
+
+
 # --- the action -----------------------------------------------------------------------------
 
 
@@ -273,58 +314,39 @@ class Pack(Action):
             drain_timeout=ctx.settings.nodes.drain_timeout,
         )
 
+    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Refusal | None:
+        """Stop nothing unless some node can take the shares (or has the free slices) now."""
+        try:
+            if plan.details.get("share") == PARTITIONING_TIME_SLICING:
+                await find_shares(ctx.kube, job, int(plan.details.get("workers", "1")), ctx.settings.nodes)
+            elif (await mig.find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)).changes_config:
+                return Refusal("NoFreeMigSlices", _no_free_slices(plan.details))
+        except (NoSharedGpuError, mig.NoMigNodeError) as exc:
+            return Refusal("NoSharedGpu", str(exc))
+        return None
+
     async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
-        shared = ctx.settings.nodes.time_slicing
-        own = frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods)
-        candidates = await ctx.kube.list(
-            "v1", "Node", label_selector=f"{mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING}"
-        )
-        if not candidates:
-            raise ActionFailed(
-                "NoSharedGpu",
-                f"no node is opted in for time-slicing (label {mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})",
+        try:
+            chosen, switch = await find_shares(
+                ctx.kube, job, int(record.details.get("workers", "1")), ctx.settings.nodes
             )
-        worker = {"spec": {"containers": [{"resources": job.spec.trainer.resources_per_node.to_k8s()}]}}
-        cpu, memory = _requests(worker)
-        workers = int(record.details.get("workers", "1"))
-        shape = (cpu, memory, 1, MILLI // shared.replicas)
-        pods = await ctx.kube.list("v1", "Pod")
-        cluster, reasons = cluster_view(candidates, pods, shared, own_pods=own, extra_shapes=[shape] * workers)
-        every_model = np.ones(len(cluster.state.nodes.models), dtype=np.bool_)
-        request = PodRequest(*shape, allowed_models=every_model)
-        chosen = (
-            place_workers(cluster, request, workers, ctx.settings.nodes.packing_policy)
-            if len(cluster.state.nodes)
-            else None
-        )
-        if chosen is None:
-            why = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
-            raise ActionFailed(
-                "NoSharedGpu", f"no time-sliced GPU has room for {workers} worker(s)" + (f" ({why})" if why else "")
-            )
-        switch = sorted(set(chosen) & cluster.switch_needed)
-        if len(switch) > 1:
-            raise ActionFailed(
-                "NoSharedGpu", f"the workers would need {len(switch)} nodes switched to time-slicing; Pack switches one"
-            )
+        except NoSharedGpuError as exc:
+            raise ActionFailed("NoSharedGpu", str(exc)) from exc
         placed = {"nodes": ",".join(chosen), "policy": ctx.settings.nodes.packing_policy}
-        if not switch:
+        if switch is None:
             return Progress(True, f"packed onto {', '.join(sorted(set(chosen)))}", placed)
-        node = await nodes.get_node(ctx.kube, switch[0])
+        node = await nodes.get_node(ctx.kube, switch)
         previous = (node["metadata"].get("labels") or {}).get(LABEL_DEVICE_PLUGIN_CONFIG, "")
-        placed |= {"switchNode": switch[0], "previousDevicePluginConfig": previous}
-        return Progress(False, f"node {switch[0]}: switching to time-slicing config {shared.config}", placed)
+        placed |= {"switchNode": switch, "previousDevicePluginConfig": previous}
+        config = ctx.settings.nodes.time_slicing.config
+        return Progress(False, f"node {switch}: switching to time-slicing config {config}", placed)
 
     async def _onto_free_slices(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         if "node" in record.details:
             return READY
         progress = await mig.MIG_REPARTITION.prepare(job, record, ctx)
         if progress.details.get("migConfig") != progress.details.get("previousMigConfig"):
-            raise ActionFailed(
-                "NoFreeMigSlices",
-                f"no node has {record.details.get('workers', '1')} free {record.details.get('migProfile')} slice(s) "
-                f"({progress.message}); MigRepartition can make them",
-            )
+            raise ActionFailed("NoFreeMigSlices", f"{_no_free_slices(record.details)} ({progress.message})")
         return progress
 
     async def undo(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:

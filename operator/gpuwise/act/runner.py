@@ -181,6 +181,10 @@ class Runner:
             if refusal is not None:
                 self._refused(job, recommendation, refusal)
                 return
+            refusal = await action.admit(job, plan, ActContext(kube=self.kube, settings=self.settings, now=at))
+            if refusal is not None:
+                self._refused(job, recommendation, refusal)
+                continue
             async with self._plan_lock:
                 refusal = guardrails.budget_refusal(job.namespace, self._fleet(fleet), self.settings.budgets, at)
                 if refusal is not None:
