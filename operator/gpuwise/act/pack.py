@@ -107,16 +107,12 @@ def cluster_view(
     """
     reasons: dict[str, str] = {}
     usable: list[Mapping[str, Any]] = []
+    gpu_pods = [p for p in pods if nodes.holds_gpus(dict(p)) and nodes.pod_ref(dict(p)) not in own_pods]
+    busy = {(p.get("spec") or {}).get("nodeName") for p in gpu_pods}
     for node in all_nodes:
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}
-        foreign = [
-            p
-            for p in pods
-            if (p.get("spec") or {}).get("nodeName") == name
-            and nodes.holds_gpus(dict(p))
-            and nodes.pod_ref(dict(p)) not in own_pods
-        ]
+        foreign = name in busy
         if labels.get(mig.LABEL_PARTITIONING) != PARTITIONING_TIME_SLICING:
             reasons[name] = f"not opted in (label {mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
         elif (node.get("spec") or {}).get("unschedulable"):
@@ -140,9 +136,7 @@ def cluster_view(
     index = {name: i for i, name in enumerate(topology.names)}
     every_model = np.ones(len(topology.models), dtype=np.bool_)
     shapes: list[tuple[int, int, int, int]] = []
-    for number, pod in enumerate(pods):
-        if nodes.pod_ref(dict(pod)) in own_pods or not nodes.holds_gpus(dict(pod)):
-            continue
+    for number, pod in enumerate(gpu_pods):
         request = PodRequest(*_requests(pod), *_gpu_request(pod, shared), allowed_models=every_model)
         shapes.append((request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli))
         at = index.get((pod.get("spec") or {}).get("nodeName") or "")
