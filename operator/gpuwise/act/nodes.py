@@ -18,9 +18,7 @@ Then a node-side action changes a label that an NVIDIA component acts on and fol
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -158,7 +156,7 @@ class Drain:
     protected: tuple[str, ...] = ()
     """Pods annotated do-not-disrupt: never evicted."""
     left: tuple[str, ...] = ()
-    """Pods still holding GPUs on the node (terminating, blocked, protected or spared)."""
+    """Pods still holding GPUs on the node (terminating, blocked or protected)."""
 
     @property
     def idle(self) -> bool:
@@ -174,9 +172,9 @@ class Drain:
         return f"node {self.node}: " + ("; ".join(parts) if parts else "its GPUs are idle")
 
 
-async def evict_gpu_pods(kube: Kube, node: str, *, spare: frozenset[str] = frozenset()) -> Drain:
-    """One pass: ask the API server to evict every GPU pod on `node` except do-not-disrupt ones and
-    `spare` ("namespace/name": pods the caller stops itself, e.g. the job being restarted)."""
+async def evict_gpu_pods(kube: Kube, node: str) -> Drain:
+    """One pass: ask the API server to evict every GPU pod on `node` but the do-not-disrupt ones.
+    Call it again (the next cycle) while pods are left: a refusal may be lifted by then."""
     evicted: list[str] = []
     blocked: dict[str, str] = {}
     protected: list[str] = []
@@ -185,7 +183,7 @@ async def evict_gpu_pods(kube: Kube, node: str, *, spare: frozenset[str] = froze
         ref = pod_ref(pod)
         if do_not_disrupt(pod):
             protected.append(ref)
-        elif ref not in spare and not pod["metadata"].get("deletionTimestamp"):
+        elif not pod["metadata"].get("deletionTimestamp"):
             try:
                 await kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
             except ApiError as error:
@@ -200,19 +198,6 @@ async def evict_gpu_pods(kube: Kube, node: str, *, spare: frozenset[str] = froze
         left.append(ref)
     still = {pod_ref(pod) for pod in await gpu_pods(kube, node)} if evicted else set(left)
     return Drain(node, tuple(evicted), blocked, tuple(protected), tuple(sorted(still)))
-
-
-async def drain_gpus(
-    kube: Kube, node: str, *, timeout: float, interval: float = 5.0, spare: frozenset[str] = frozenset()
-) -> Drain:
-    """Evict until the node's GPUs are idle, retrying refused evictions every `interval` seconds
-    until `timeout`; returns the last pass (check `.idle`). A protected pod ends it at once."""
-    deadline = time.monotonic() + timeout
-    while True:
-        drain = await evict_gpu_pods(kube, node, spare=spare)
-        if drain.idle or drain.protected or time.monotonic() >= deadline:
-            return drain
-        await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
 # --- changing what a node's GPUs offer ------------------------------------------------------
