@@ -47,6 +47,15 @@ async def test_cordon_remembers_the_holder_and_only_the_holder_uncordons(kube: K
     assert ANNOTATION_CORDONED_BY not in (stored["metadata"].get("annotations") or {})
 
 
+async def test_an_annotation_left_by_kubectl_uncordon_does_not_hold_the_node(kube: Kube) -> None:
+    await kube.create(node("gpu-1"))
+    await cordon(kube, "gpu-1", "tj-a-1")
+    await kube.patch("v1", "Node", "", "gpu-1", {"spec": {"unschedulable": None}})  # kubectl uncordon
+    assert await cordon(kube, "gpu-1", "tj-b-1") is Cordon.OURS
+    stored = await kube.get("v1", "Node", "", "gpu-1")
+    assert stored is not None and stored["metadata"]["annotations"][ANNOTATION_CORDONED_BY] == "tj-b-1"
+
+
 async def test_a_node_someone_else_cordoned_stays_cordoned(kube: Kube) -> None:
     await kube.create(node("gpu-1", unschedulable=True))
     assert await cordon(kube, "gpu-1", "tj-a-1") is Cordon.SOMEONE_ELSES

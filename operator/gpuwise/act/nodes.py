@@ -105,12 +105,14 @@ async def cordon(kube: Kube, name: str, holder: str) -> Cordon:
     """
     node = await get_node(kube, name)
     held = cordoned_by(node)
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
     if held == holder:
         return Cordon.OURS
-    if held is not None:
+    if held is not None and unschedulable:
         raise NodeError(f"node {name} is cordoned by another gpuwise action ({held})")
-    if (node.get("spec") or {}).get("unschedulable"):
+    if unschedulable:
         return Cordon.SOMEONE_ELSES
+    # Not cordoned (an administrator's `kubectl uncordon` leaves a stale annotation): ours now.
     patch = {"metadata": {"annotations": {ANNOTATION_CORDONED_BY: holder}}, "spec": {"unschedulable": True}}
     await kube.patch("v1", "Node", "", name, patch)
     return Cordon.OURS
