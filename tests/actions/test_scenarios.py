@@ -10,6 +10,7 @@ in the middle, a change that made the job slower.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,19 @@ def test_jobs_that_must_not_be_restarted_keep_recommending(
     assert actions_of(cluster, "bert") == []
     assert status_of(cluster, "bert")["recommendations"][0]["action"] == "AdjustConfig"
     assert uid_of_job(cluster, "bert") == job["metadata"]["uid"]
+
+
+@pytest.mark.parametrize(
+    "efficiency", [{"mode": "Recommend"}, {"actions": ["Reschedule"]}], ids=["recommend-mode", "not-listed"]
+)
+def test_only_enforce_with_the_action_listed_acts(
+    cluster: Cluster, operator: Operator, bert: Trainer, efficiency: dict[str, Any]
+) -> None:
+    start(cluster, trainingjob("bert", efficiency=efficiency))
+    eventually(lambda: status_of(cluster, "bert").get("recommendations"), timeout=30, what="a recommendation")
+    time.sleep(3)  # cycles in which an action would have been planned
+    assert actions_of(cluster, "bert") == []
+    assert events(cluster, "ActionNotTaken", "bert") == [], "nothing to explain: the user did not ask for it"
 
 
 def test_budget_used_up_by_another_job(cluster: Cluster, operator: Operator, bert: Trainer) -> None:
