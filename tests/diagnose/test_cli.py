@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,21 @@ def test_one_job_as_json_names_the_cause(url: str) -> None:
     assert "InputBound" in kinds
     (recommendation,) = [r for r in job["recommendations"] if r["finding"] == "InputBound"]
     assert recommendation["message"] and not recommendation.get("changes"), "no tunables known: no env changes"
+
+
+def test_a_throttled_job_is_named_from_its_clock_event_reasons(tmp_path: Path) -> None:
+    with input_bound_job(
+        tmp_path, namespace="ml", trainingjob="hot", pod="hot-0-abcde", scenario="throttled"
+    ) as server:
+        done = gpuwise("--prometheus-url", server.url, "-n", "ml", "hot", *SHORT, "--json")
+    assert done.returncode == 0, done.stderr
+    (job,) = json.loads(done.stdout)
+    (finding,) = [f for f in job["findings"] if f["kind"] == "Throttling"]
+    assert finding["worker"] == 0
+    assert finding["evidence"]["reasons"] == "software thermal slowdown, hardware thermal slowdown"
+    assert {"action": "Reschedule", "finding": "Throttling"}.items() <= next(
+        r for r in job["recommendations"] if r["finding"] == "Throttling"
+    ).items()
 
 
 def test_every_job_as_a_table_then_the_findings(url: str) -> None:

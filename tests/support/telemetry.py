@@ -33,16 +33,16 @@ INPUT_BOUND_TRAINER = textwrap.dedent(
 
 @contextmanager
 def input_bound_job(
-    tmp: Path, *, namespace: str, trainingjob: str, pod: str, settle: float = 8.0
+    tmp: Path, *, namespace: str, trainingjob: str, pod: str, settle: float = 8.0, scenario: str = "data-starved"
 ) -> Iterator[Prometheus]:
-    """Yield a Prometheus that has scraped `settle` seconds of the job's sidecar."""
+    """Yield a Prometheus that has scraped `settle` seconds of the job's sidecar (its GPUs playing `scenario`)."""
     labels = {
         "GPUWISE_POD_NAME": pod,
         "GPUWISE_POD_NAMESPACE": namespace,
         "GPUWISE_TRAININGJOB": trainingjob,
         "GPUWISE_WORKER_INDEX": "0",
     }
-    args = ("--backend", "simulated", "--gpus", "2", "--scenario", "data-starved", "--interval", "0.5")
+    args = ("--backend", "simulated", "--gpus", "2", "--scenario", scenario, "--interval", "0.5")
     with sidecar(tmp, *args, env=environment(**labels)) as side:
         trainer = subprocess.Popen(
             [sys.executable, "-c", INPUT_BOUND_TRAINER], env=side.trainer_env("manual"), cwd=ROOT
