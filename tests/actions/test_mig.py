@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.mig import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
-from gpuwise.act.nodes import ANNOTATION_CORDONED_BY
+from gpuwise.act.nodes import ANNOTATION_CORDONED_BY, held_by_budgets
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind, ActionRecord
@@ -99,6 +99,29 @@ def test_nodes_that_cannot_serve_say_why() -> None:
     assert reasons["precious"] == "default/keep must not be disrupted"
     assert "A100-40GB has no MIG profile '3g.40gb'" in reasons["small"]
     assert reasons["kept"] == "annotated gpuwise.io/do-not-disrupt"
+
+
+def test_budgets_that_allow_no_disruption_keep_gpuwise_off_a_node() -> None:
+    def serving(name: str, on: str, namespace: str = "default") -> dict[str, Any]:
+        return pod(name, on, gpus=GPU, labels={"app": "serve"}, namespace=namespace)
+
+    pods = [serving("a", "gpu-1"), serving("b", "gpu-1"), serving("c", "gpu-2"), serving("d", "gpu-2", "team-b")]
+    allows_one = budget("serving", {"matchLabels": {"app": "serve"}}, minAvailable=2)
+    allows_one["status"] = {"disruptionsAllowed": 1}  # as the disruption controller writes it
+    unknown = budget("fresh", {"matchLabels": {"app": "serve"}}, namespace="team-b", minAvailable=1)
+    held = held_by_budgets(pods, [allows_one, unknown])
+    # One of default's three may go; team-b's budget has no status yet: not presumed either way.
+    assert held == {
+        "default/b": "PodDisruptionBudget default/serving allows 1 disruption(s) now",
+        "default/c": "PodDisruptionBudget default/serving allows 1 disruption(s) now",
+    }
+    nodes = [mig_node("gpu-1"), mig_node("gpu-2")]
+    with pytest.raises(NoMigNodeError) as caught:
+        choose(nodes, pods, "3g.40gb", 1, held=held)
+    assert caught.value.reasons["gpu-1"] == (
+        "cannot be idled now: default/b (PodDisruptionBudget default/serving allows 1 disruption(s) now)"
+    )
+    assert choose(nodes, pods[:2], "3g.40gb", 1, held={"default/b": "held"}).node == "gpu-2"
 
 
 def test_settings_name_what_to_fix() -> None:

@@ -240,9 +240,9 @@ def test_actions_add_only_their_permissions() -> None:
         docs = render({"actions": {action: True}})
         assert grants(docs, "nodes") == {"get", "list", "watch", "patch"}, action
         assert grants(docs, "pods/eviction") == {"create"}, action
-        assert not grants(docs, "poddisruptionbudgets"), "the Eviction API reads the budgets itself"
+        assert grants(docs, "poddisruptionbudgets") == {"get", "list"}, "read only: the Eviction API enforces"
     reschedule = render({"actions": {"reschedule": True}})
-    assert not grants(reschedule, "nodes")
+    assert not grants(reschedule, "nodes") and not grants(reschedule, "poddisruptionbudgets")
     assert grants(reschedule, "pods/eviction") == {"create"}
 
 
@@ -301,7 +301,7 @@ def test_named_namespaces_get_roles_not_cluster_wide_access() -> None:
     cluster = rules_of(docs, "ClusterRole")
     # Node actions (MigRepartition, Pack) idle nodes: pods of every namespace, read and evicted.
     resources = {r for rule in cluster for r in rule["resources"]}
-    assert resources == {"customresourcedefinitions", "nodes", "pods", "pods/eviction"}
+    assert resources == {"customresourcedefinitions", "nodes", "pods", "pods/eviction", "poddisruptionbudgets"}
     roles = find(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     bindings = find(docs, "RoleBinding")

@@ -136,12 +136,14 @@ def choose(
     count: int,
     *,
     own_pods: frozenset[str] = frozenset(),
+    held: Mapping[str, str] | None = None,
     extra_configs: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Choice:
     """The node and config that give `count` free `profile` slices with the least disruption.
 
     A pure function of the nodes and their pods. `own_pods` ("namespace/name") are the job's own,
-    which the restart stops anyway. Raises :class:`NoMigNodeError` saying why each node is out.
+    which the restart stops anyway; `held` are pods a disruption budget keeps now (with why): a
+    node that would have to evict one is out. Raises :class:`NoMigNodeError` saying why each node is out.
     """
     reasons: dict[str, str] = {}
     options: list[tuple[tuple[int, int, int, str], Choice]] = []
@@ -191,6 +193,10 @@ def choose(
         if protected:
             reasons[name] = f"{', '.join(protected)} must not be disrupted"
             continue
+        kept = [f"{ref} ({(held or {})[ref]})" for ref in evict if ref in (held or {})]
+        if kept:
+            reasons[name] = f"cannot be idled now: {', '.join(kept)}"
+            continue
         before = configs.get(current)
         for config, geometry in fitting.items():
             # Instances created plus destroyed on every GPU (of an unknown current config: created).
@@ -207,12 +213,14 @@ async def find_slices(kube: Kube, job: JobView, details: Mapping[str, str], sett
     """:func:`choose` over the opted-in nodes and the GPU pods on them, as they are now."""
     candidates = await kube.list("v1", "Node", label_selector=f"{LABEL_PARTITIONING}={PARTITIONING_MIG}")
     pods = [pod for node in candidates for pod in await nodes.gpu_pods(kube, node["metadata"]["name"])]
+    budgets = await kube.list("policy/v1", "PodDisruptionBudget") if pods else []
     return choose(
         candidates,
         pods,
         details["migProfile"],
         int(details.get("workers", "1")),
         own_pods=frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods),
+        held=nodes.held_by_budgets(pods, budgets),
         extra_configs=settings.mig.configs,
     )
 

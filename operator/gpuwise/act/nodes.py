@@ -19,7 +19,7 @@ Then a node-side action changes a label that an NVIDIA component acts on and fol
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -67,6 +67,50 @@ def do_not_disrupt(obj: JsonDict) -> bool:
 def pod_ref(pod: JsonDict) -> str:
     meta = pod.get("metadata", {})
     return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether labels satisfy a LabelSelector (matchLabels and matchExpressions)."""
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for term in selector.get("matchExpressions") or []:
+        present, value, values = term["key"] in labels, labels.get(term["key"]), term.get("values") or []
+        operator = term["operator"]
+        if (
+            (operator == "In" and value not in values)
+            or (operator == "NotIn" and present and value in values)
+            or (operator == "Exists" and not present)
+            or (operator == "DoesNotExist" and present)
+        ):
+            return False
+    return True
+
+
+def held_by_budgets(pods: Iterable[JsonDict], budgets: Iterable[JsonDict]) -> dict[str, str]:
+    """Pods ("namespace/name") whose eviction a PodDisruptionBudget would refuse now, and why.
+
+    Read from the budgets' status, which the disruption controller keeps: a budget allowing `n`
+    disruptions lets `n` of the pods go; an unknown allowance is not presumed either way. The
+    Eviction API stays the judge — this only keeps gpuwise from choosing a node it cannot idle.
+    """
+    held: dict[str, str] = {}
+    pods = list(pods)
+    for budget in budgets:
+        meta, allowed = budget.get("metadata", {}), (budget.get("status") or {}).get("disruptionsAllowed")
+        if allowed is None:
+            continue
+        selector = (budget.get("spec") or {}).get("selector") or {}
+        covered = sorted(
+            pod_ref(pod)
+            for pod in pods
+            if pod.get("metadata", {}).get("namespace") == meta.get("namespace")
+            and selector_matches(selector, pod.get("metadata", {}).get("labels") or {})
+        )
+        for ref in covered[int(allowed) :]:
+            held[ref] = (
+                f"PodDisruptionBudget {meta.get('namespace')}/{meta.get('name')} allows {allowed} disruption(s) now"
+            )
+    return held
 
 
 async def gpu_pods(kube: Kube, node: str) -> list[JsonDict]:
