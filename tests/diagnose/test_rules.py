@@ -249,6 +249,8 @@ def test_no_oversized_finding_when_the_gpu_is_needed_or_the_job_is_not_one_gpu_p
     assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=45_000.0)), "over half the memory"
     assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=38_000.0)), "38 GB + 20 % fits no slice < 7g"
     assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=7_000.0, gpus=2)), "two GPUs, one worker"
+    on_a_slice = window(**LIGHT, memory_used_mib=3_000.0, memory_total_mib=9_984.0)  # already on 1g.10gb
+    assert "OversizedGPU" not in run(on_a_slice), "no smaller slice than the one it has"
     waiting = run(window(**LIGHT, memory_used_mib=7_000.0, data_wait_fraction=[0.6] * 60))
     assert "InputBound" in waiting and "OversizedGPU" not in waiting, "fix the input before sizing the GPU"
     assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=7_000.0, job_age_seconds=60)), "grace"

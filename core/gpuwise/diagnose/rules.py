@@ -302,8 +302,14 @@ def _percentile(values: Sequence[float], share: float) -> float:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
-def smallest_mig_profile(model: str | None, slices: int, memory_mib: float) -> tuple[MigProfile | None, str]:
-    """The smallest MIG profile, short of the whole GPU, with `slices` compute slices and `memory_mib`.
+def smallest_mig_profile(
+    model: str | None, slices: int, memory_mib: float, now_mib: float
+) -> tuple[MigProfile | None, str]:
+    """The smallest MIG profile with `slices` compute slices and `memory_mib`, smaller than what the
+    job has now: short of the whole GPU, and with less memory than `now_mib`, so a job already on
+    a slice is not sent to the same one. Profile memory steps by halves and a name rounds its size
+    down (a 1g.10gb instance holds a little more than 10 GB), so "less" is under three quarters
+    of `now_mib`.
 
     None with the reason when there is none: the model has no MIG table, or nothing smaller fits.
     """
@@ -316,10 +322,10 @@ def smallest_mig_profile(model: str | None, slices: int, memory_mib: float) -> t
     fitting = [
         p
         for p in table.profiles
-        if slices <= p.compute_slices < COMPUTE_SLICES and p.memory_gb * MIB_PER_GB >= memory_mib
+        if slices <= p.compute_slices < COMPUTE_SLICES and memory_mib <= p.memory_gb * MIB_PER_GB < 0.75 * now_mib
     ]
     if not fitting:
-        return None, f"no MIG profile of {table.name} smaller than the whole GPU fits"
+        return None, f"no MIG profile of {table.name} smaller than what the job has fits"
     return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)), ""
 
 
@@ -344,7 +350,8 @@ def oversized_gpu(ctx: Context) -> Diagnosis | None:
         return None
     needed = _percentile(activity, ctx.sustain.hold_fraction)
     slices = max(1, math.ceil(needed * COMPUTE_SLICES / t.mig_fill))
-    profile, why_not = smallest_mig_profile(w.gpu_model, slices, w.memory_used_mib * (1 + t.mig_memory_margin))
+    wanted_mib = w.memory_used_mib * (1 + t.mig_memory_margin)
+    profile, why_not = smallest_mig_profile(w.gpu_model, slices, wanted_mib, w.memory_total_mib)
     if profile is None and w.gpu_model is not None and "no MIG profiles" not in why_not:
         return None  # a MIG GPU on which no smaller slice fits: the job needs the whole of it
     peak_gib = w.memory_used_mib / 1024
