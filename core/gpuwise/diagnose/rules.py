@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuwise.api.trainingjob import ActionKind, Finding, Recommendation, Tunables
-from gpuwise.decide.mig_profiles import COMPUTE_SLICES, MigProfile, UnknownGpuModelError, gpu_model
+from gpuwise.decide.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
 from gpuwise.diagnose.straggler import detect_stragglers, persistent_slow_workers
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 
@@ -302,31 +302,27 @@ def _percentile(values: Sequence[float], share: float) -> float:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
-def smallest_mig_profile(
-    model: str | None, slices: int, memory_mib: float, now_mib: float
-) -> tuple[MigProfile | None, str]:
-    """The smallest MIG profile with `slices` compute slices and `memory_mib`, smaller than what the
+def mig_table(model: str | None) -> GpuModel | None:
+    """The MIG profile table of the job's GPU model; None for an unknown model or one without MIG."""
+    try:
+        return gpu_model(model) if model is not None else None
+    except UnknownGpuModelError:
+        return None
+
+
+def smallest_mig_profile(table: GpuModel, slices: int, memory_mib: float, now_mib: float) -> MigProfile | None:
+    """The smallest profile with `slices` compute slices and `memory_mib`, smaller than what the
     job has now: short of the whole GPU, and with less memory than `now_mib`, so a job already on
     a slice is not sent to the same one. Profile memory steps by halves and a name rounds its size
     down (a 1g.10gb instance holds a little more than 10 GB), so "less" is under three quarters
     of `now_mib`.
-
-    None with the reason when there is none: the model has no MIG table, or nothing smaller fits.
     """
-    if model is None:
-        return None, "the GPU model is not known"
-    try:
-        table = gpu_model(model)
-    except UnknownGpuModelError:
-        return None, f"{model} has no MIG profiles"
     fitting = [
         p
         for p in table.profiles
         if slices <= p.compute_slices < COMPUTE_SLICES and memory_mib <= p.memory_gb * MIB_PER_GB < 0.75 * now_mib
     ]
-    if not fitting:
-        return None, f"no MIG profile of {table.name} smaller than what the job has fits"
-    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)), ""
+    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)) if fitting else None
 
 
 def oversized_gpu(ctx: Context) -> Diagnosis | None:
@@ -351,9 +347,11 @@ def oversized_gpu(ctx: Context) -> Diagnosis | None:
     needed = _percentile(activity, ctx.sustain.hold_fraction)
     slices = max(1, math.ceil(needed * COMPUTE_SLICES / t.mig_fill))
     wanted_mib = w.memory_used_mib * (1 + t.mig_memory_margin)
-    profile, why_not = smallest_mig_profile(w.gpu_model, slices, wanted_mib, w.memory_total_mib)
-    if profile is None and w.gpu_model is not None and "no MIG profiles" not in why_not:
-        return None  # a MIG GPU on which no smaller slice fits: the job needs the whole of it
+    table = mig_table(w.gpu_model)
+    profile = smallest_mig_profile(table, slices, wanted_mib, w.memory_total_mib) if table else None
+    if table is not None and profile is None:
+        return None  # no smaller slice holds it: the job needs what it has
+    why_not = f"{w.gpu_model} has no MIG profiles" if w.gpu_model else "the GPU model is not known"
     peak_gib = w.memory_used_mib / 1024
     finding = ctx.finding(
         "OversizedGPU",
