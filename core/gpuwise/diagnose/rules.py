@@ -404,7 +404,8 @@ def throttling(ctx: Context) -> Diagnosis | None:
         "Throttling",
         0.6 + shares[worker] / 4,
         f"Worker {worker}'s GPU clocks were held down in {shares[worker]:.0%} of samples "
-        f"({', '.join(reasons) or 'changing reasons'}); every synchronous step waits for it.",
+        f"({', '.join(reasons) or 'changing reasons'})"
+        + ("; every synchronous step of the job waits for it." if len(ctx.window.clock_slowdowns) > 1 else "."),
         worker=worker,
         throttledShare=shares[worker],
         reasons=", ".join(reasons) or None,
@@ -480,8 +481,8 @@ def communication_bound(ctx: Context) -> Diagnosis | None:
         message="Accumulate gradients over twice the micro-batches (under DDP's no_sync()): half the all-reduces "
         "per sample."
         if changes
-        else "Accumulate gradients over more micro-batches unless the global batch must stay, raise DDP's "
-        "bucket_cap_mb, and overlap communication with the backward pass; no declared tunable can do it.",
+        else "Accumulate gradients over more micro-batches (fewer all-reduces per sample) unless the global batch "
+        "must stay; raise DDP's bucket_cap_mb and overlap communication with the backward pass.",
         changes=changes,
         expected_effect="half the all-reduces per sample" if changes else None,
     )
