@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.mig import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
 from gpuwise.act.nodes import ANNOTATION_CORDONED_BY, held_by_budgets
+from gpuwise.act.overrides import render
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind, ActionRecord
@@ -250,7 +251,27 @@ async def test_admit_refuses_before_anything_is_disrupted(kube: Kube) -> None:
     assert isinstance(plan, Plan)
     ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
     refused = await MIG_REPARTITION.admit(job, plan, ctx)
-    assert refused is not None and refused.reason == "NoMigNode"
+    assert isinstance(refused, Refusal) and refused.reason == "NoMigNode"
     assert "no node is opted in for MIG (label gpuwise.io/gpu-partitioning=mig)" in refused.message
     await kube.create(mig_node("gpu-1"))
-    assert await MIG_REPARTITION.admit(job, plan, ctx) is None
+    admitted = await MIG_REPARTITION.admit(job, plan, ctx)
+    assert isinstance(admitted, Plan) and admitted.target.prefer_nodes == ["gpu-1"]
+    assert admitted.target.model_copy(update={"prefer_nodes": []}) == plan.target
+
+
+def test_workers_prefer_the_node_made_ready_for_them() -> None:
+    overrides = JobOverrides(prefer_nodes=["gpu-1"], avoid_nodes=["gpu-9"])
+    pod = render({"containers": [{"name": "trainer"}]}, "trainer", overrides)
+    affinity = pod["affinity"]["nodeAffinity"]
+    assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        {
+            "weight": 100,
+            "preference": {
+                "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-1"]}]
+            },
+        }
+    ]
+    required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert required == [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["gpu-9"]}]}
+    ]

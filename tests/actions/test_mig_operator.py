@@ -97,6 +97,7 @@ def test_repartition_end_to_end_survives_an_operator_restart(
         )
         assert (waiting["action"], waiting["finding"]) == ("MigRepartition", "OversizedGPU")
         assert waiting["changes"] == {"migProfile": "1g.10gb"}
+        assert waiting["overridesTarget"]["preferNodes"] == [NODE]
         eventually(lambda: trainer.project(cluster) == waiting["id"], what="the request on the pod")
 
         # The runner stops the job, then prepares the node: cordoned, config asked for, MIG pending.
@@ -125,6 +126,9 @@ def test_repartition_end_to_end_survives_an_operator_restart(
         )
         trainer_container = new_job["spec"]["template"]["spec"]["containers"][0]
         assert trainer_container["resources"]["limits"] == {"cpu": "8", "nvidia.com/mig-1g.10gb": "1"}
+        affinity = new_job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        (preferred,) = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert preferred["preference"]["matchExpressions"][0]["values"] == [NODE], "where the slices were made"
         run_job(cluster, new_job, node=NODE)
         done = eventually(lambda: in_state(cluster, "vit", "Done"), timeout=30, what="the action verified")
     assert manager.seen == [(NODE, "all-1g.10gb")], "asked once, across the restart"

@@ -182,9 +182,15 @@ async def test_admit_refuses_before_anything_is_disrupted(kube: Kube) -> None:
     slices = PACK.plan(job_view(), recommend(ActionKind.PACK, migProfile="1g.10gb"), SETTINGS)
     assert isinstance(shares, Plan) and isinstance(slices, Plan)
     refused = await PACK.admit(job_view(), shares, ctx)
-    assert refused is not None and refused.reason == "NoSharedGpu" and "no node is opted in" in refused.message
+    assert isinstance(refused, Refusal) and refused.reason == "NoSharedGpu"
+    assert "no node is opted in" in refused.message
     await kube.create(mig_node("whole-gpus"))  # opted in for MIG, but no slices carved
     refused = await PACK.admit(job_view(), slices, ctx)
-    assert refused is not None and refused.reason == "NoFreeMigSlices"
+    assert isinstance(refused, Refusal) and refused.reason == "NoFreeMigSlices"
     await kube.create(ts_node("ts-1"))
-    assert await PACK.admit(job_view(), shares, ctx) is None
+    await kube.create(ts_node("ts-2"))
+    for i in range(3):
+        await kube.create(share(f"s{i}", "ts-2"))
+    await kube.create(pod("whole", "whole-gpus", gpus={"nvidia.com/gpu": 1}))  # whole GPUs are in demand too
+    admitted = await PACK.admit(job_view(), shares, ctx)
+    assert isinstance(admitted, Plan) and admitted.target.prefer_nodes == ["ts-2"], "the planner's choice"

@@ -38,6 +38,11 @@ class JobOverrides(ApiModel):
     avoid_nodes: list[NodeName] = Field(
         default_factory=list, description="Nodes the workers must not run on (required node anti-affinity)."
     )
+    prefer_nodes: list[NodeName] = Field(
+        default_factory=list,
+        description="Nodes the workers should run on when they can (preferred node affinity): where a "
+        "node-side action made room for them.",
+    )
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Node labels added to spec.pod.nodeSelector (e.g. another GPU class)."
     )

@@ -138,10 +138,11 @@ class Action:
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
         raise NotImplementedError
 
-    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Refusal | None:
+    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Plan | Refusal:
         """Whether the cluster can take `plan` now, asked before anything is disrupted (no checkpoint
-        requested, no job stopped): node-side kinds look for a node that can serve it."""
-        return None
+        requested, no job stopped): node-side kinds look for a node that can serve it, and return
+        the plan refined with what they found (e.g. the node preferred for the workers)."""
+        return plan
 
     async def prepare(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         """Make the cluster ready for the target overrides while the job is stopped (node-side)."""

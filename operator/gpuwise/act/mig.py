@@ -28,7 +28,7 @@ ran worse): other pods may use the new slices by then; the job alone goes back t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from gpuwise import wiring
@@ -253,6 +253,12 @@ def target_overrides(current: JobOverrides, profile: str) -> JobOverrides:
     return current.model_copy(update={"resources": {**resources, resource: "1"}, "remove_resources": removed})
 
 
+def prefer(plan: Plan, chosen: Sequence[str]) -> Plan:
+    """`plan` with its workers preferring the nodes chosen for them (where the slices or shares are)."""
+    target = plan.target.model_copy(update={"prefer_nodes": sorted(set(chosen))})
+    return replace(plan, target=target)
+
+
 def config_change(config: str, timeout: str) -> nodes.LabelChange:
     """Ask MIG Manager for `config`. The old state label goes with the request, so that only the
     answer to this request is read (a stale `success` would otherwise look like one)."""
@@ -328,13 +334,13 @@ class MigRepartition(Action):
             drain_timeout=ctx.settings.nodes.drain_timeout,
         )
 
-    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Refusal | None:
-        """Stop nothing unless some node can serve the slices now."""
+    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Plan | Refusal:
+        """Stop nothing unless some node can serve the slices now; prefer that node for the workers."""
         try:
-            await find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)
+            choice = await find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)
         except NoMigNodeError as exc:
             return Refusal("NoMigNode", str(exc))
-        return None
+        return prefer(plan, [choice.node])
 
     async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         profile = record.details["migProfile"]

@@ -105,6 +105,16 @@ def _avoid_nodes(pod: JsonDict, nodes: list[str]) -> None:
     required["nodeSelectorTerms"] = terms
 
 
+def _prefer_nodes(pod: JsonDict, nodes: list[str]) -> None:
+    """Prefer `nodes` (the strongest preference): the scheduler still may go elsewhere if they fail."""
+    if not nodes:
+        return
+    prefer = {"key": HOSTNAME_LABEL, "operator": "In", "values": sorted(nodes)}
+    node_affinity = pod.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    preferred = node_affinity.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+    preferred.append({"weight": 100, "preference": {"matchExpressions": [prefer]}})
+
+
 def render(pod_spec: JsonDict, container_name: str, overrides: JobOverrides) -> JsonDict:
     """The pod spec with the overrides applied to it and to its `container_name` container."""
     if overrides.placement() == NONE:
@@ -117,4 +127,5 @@ def render(pod_spec: JsonDict, container_name: str, overrides: JobOverrides) -> 
     if overrides.node_selector:
         pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **overrides.node_selector}
     _avoid_nodes(pod, list(overrides.avoid_nodes))
+    _prefer_nodes(pod, list(overrides.prefer_nodes))
     return pod

@@ -308,16 +308,20 @@ class Pack(Action):
             drain_timeout=ctx.settings.nodes.drain_timeout,
         )
 
-    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Refusal | None:
-        """Stop nothing unless some node can take the shares (or has the free slices) now."""
+    async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Plan | Refusal:
+        """Stop nothing unless some node can take the shares (or has the free slices) now; prefer
+        the nodes the planner chose for the workers."""
         try:
             if plan.details.get("share") == PARTITIONING_TIME_SLICING:
-                await find_shares(ctx.kube, job, int(plan.details.get("workers", "1")), ctx.settings.nodes)
-            elif (await mig.find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)).changes_config:
-                return Refusal("NoFreeMigSlices", _no_free_slices(plan.details))
+                workers = int(plan.details.get("workers", "1"))
+                chosen, _ = await find_shares(ctx.kube, job, workers, ctx.settings.nodes)
+                return mig.prefer(plan, chosen)
+            choice = await mig.find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)
         except (NoSharedGpuError, mig.NoMigNodeError) as exc:
             return Refusal("NoSharedGpu", str(exc))
-        return None
+        if choice.changes_config:
+            return Refusal("NoFreeMigSlices", _no_free_slices(plan.details))
+        return mig.prefer(plan, [choice.node])
 
     async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         try:

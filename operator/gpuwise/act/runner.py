@@ -181,10 +181,11 @@ class Runner:
             if refusal is not None:
                 self._refused(job, recommendation, refusal)
                 return
-            refusal = await action.admit(job, plan, ActContext(kube=self.kube, settings=self.settings, now=at))
-            if refusal is not None:
-                self._refused(job, recommendation, refusal)
+            admitted = await action.admit(job, plan, ActContext(kube=self.kube, settings=self.settings, now=at))
+            if isinstance(admitted, Refusal):
+                self._refused(job, recommendation, admitted)
                 continue
+            plan = admitted
             async with self._plan_lock:
                 refusal = guardrails.budget_refusal(job.namespace, self._fleet(fleet), self.settings.budgets, at)
                 if refusal is not None:
