@@ -89,12 +89,21 @@ def test_per_job_guardrails_in_order() -> None:
 
     def refusal(job: JobView, records: list[Any] | None = None, at: datetime = NOW, **kw: Any) -> str | None:
         found = job_refusal(
-            job, plan=PLAN, records=records or [], settings=kw.get("settings", settings), started_at=started, now=at
+            job,
+            kind=kw.get("kind", ActionKind.ADJUST_CONFIG),
+            plan=PLAN,
+            records=records or [],
+            settings=kw.get("settings", settings),
+            started_at=started,
+            now=at,
         )
         return found.reason if found else None
 
     assert refusal(view()) is None
     assert refusal(view(), settings=settings.model_copy(update={"enabled": False})) == "ActionsDisabled"
+    node_side_off = settings.model_copy(update={"kinds": [ActionKind.ADJUST_CONFIG, ActionKind.RESCHEDULE]})
+    assert refusal(view(), settings=node_side_off) is None
+    assert refusal(view(), settings=node_side_off, kind=ActionKind.PACK) == "ActionKindDisabled"
     assert refusal(view({wiring.ANNOTATION_DO_NOT_DISRUPT: "true"})) == "DoNotDisrupt"
     assert refusal(view(pod={"annotations": {wiring.ANNOTATION_DO_NOT_DISRUPT: "true"}})) == "DoNotDisrupt"
     assert refusal(view({wiring.ANNOTATION_DO_NOT_DISRUPT: "false"})) is None
@@ -103,6 +112,7 @@ def test_per_job_guardrails_in_order() -> None:
     assert (
         job_refusal(
             view(checkpoint={"enabled": False}),
+            kind=ActionKind.RESCHEDULE,
             plan=no_restart,
             records=[],
             settings=settings,

@@ -21,7 +21,6 @@ EVERYTHING: dict[str, Any] = {
     "actions": {
         "enforce": True,
         "migRepartition": True,
-        "reschedule": True,
         "pack": True,
         "nodes": {
             "drainTimeout": "5m",

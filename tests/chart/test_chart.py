@@ -241,9 +241,22 @@ def test_actions_add_only_their_permissions() -> None:
         assert grants(docs, "nodes") == {"get", "list", "watch", "patch"}, action
         assert grants(docs, "pods/eviction") == {"create"}, action
         assert grants(docs, "poddisruptionbudgets") == {"get", "list"}, "read only: the Eviction API enforces"
-    reschedule = render({"actions": {"reschedule": True}})
-    assert not grants(reschedule, "nodes") and not grants(reschedule, "poddisruptionbudgets")
-    assert grants(reschedule, "pods/eviction") == {"create"}
+    # AdjustConfig and Reschedule restart the job (Job delete, pod patch): nothing on nodes, no eviction.
+    enforce = render({"actions": {"enforce": True}})
+    assert not grants(enforce, "nodes") and not grants(enforce, "poddisruptionbudgets")
+    assert not grants(enforce, "pods/eviction") and not grants(enforce, "pods/eviction", "Role")
+    assert grants(enforce, "jobs") >= {"delete"} and grants(enforce, "pods") >= {"patch"}
+
+
+def test_the_operator_takes_only_the_actions_its_rbac_allows() -> None:
+    def kinds(values: dict[str, Any]) -> list[str]:
+        raw = yaml.safe_load(one(render(values), "ConfigMap", "gw-gpuwise-settings")["data"]["settings.yaml"])
+        return [kind.value for kind in OperatorSettings.model_validate(raw).actions.kinds]
+
+    assert kinds({"actions": {"enforce": True}}) == ["AdjustConfig", "Reschedule"]
+    assert kinds({"actions": {"enforce": True, "pack": True}}) == ["AdjustConfig", "Reschedule", "Pack"]
+    everything = {"enforce": True, "migRepartition": True, "pack": True}
+    assert kinds({"actions": everything}) == ["AdjustConfig", "Reschedule", "MigRepartition", "Pack"]
 
 
 def test_node_actions_evict_in_every_namespace_even_when_watching_a_few() -> None:
@@ -251,10 +264,6 @@ def test_node_actions_evict_in_every_namespace_even_when_watching_a_few() -> Non
     docs = render({"operator": {"watchNamespaces": ["team-a"]}, "actions": {"pack": True}})
     assert grants(docs, "pods/eviction") == {"create"} and grants(docs, "pods") == {"get", "list"}
     assert grants(docs, "pods", "Role") == {"get", "list", "watch"} and not grants(docs, "pods/eviction", "Role")
-    only_reschedule = render({"operator": {"watchNamespaces": ["team-a"]}, "actions": {"reschedule": True}})
-    assert not grants(only_reschedule, "pods/eviction") and grants(only_reschedule, "pods/eviction", "Role") == {
-        "create"
-    }
 
 
 def test_node_action_settings_reach_the_operator() -> None:

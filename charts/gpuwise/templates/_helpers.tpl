@@ -114,6 +114,11 @@ prometheusUrl: {{ . | quote }}
 evaluationSeconds: {{ .Values.efficiency.evaluationSeconds }}
 actions:
   enabled: {{ .Values.actions.enforce }}
+  # The actions this install's RBAC allows: AdjustConfig and Reschedule restart a job, which
+  # enforce grants; the node-side ones need their own switch.
+  kinds: [AdjustConfig, Reschedule
+    {{- if .Values.actions.migRepartition }}, MigRepartition{{ end }}
+    {{- if .Values.actions.pack }}, Pack{{ end }}]
   dryRun: {{ .Values.actions.dryRun }}
   cooldown: {{ .Values.actions.cooldown | quote }}
   maxActionsPerJob: {{ .Values.actions.maxActionsPerJob }}
@@ -173,11 +178,6 @@ actions:
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
-{{- if and .Values.actions.reschedule (not (include "gpuwise.drainsNodes" .)) }}
-- apiGroups: [""]
-  resources: [pods/eviction]
-  verbs: [create]
-{{- end }}
 {{- if and (include "gpuwise.peering" .) (not (include "gpuwise.kopfClusterwide" .)) }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]

@@ -3,7 +3,8 @@
 A refusal is not an error: the recommendation stays in status, and the refusal is told once in
 an Event, so the user sees why nothing happened. The checks, in order:
 
-- the operator's actions are turned off (`actions.enabled`);
+- the operator's actions are turned off (`actions.enabled`), or this kind is not among
+  `actions.kinds` (the chart lists only the kinds its RBAC grants);
 - the job or its pods are annotated `gpuwise.io/do-not-disrupt: "true"`;
 - the action restarts the job but `spec.checkpoint.enabled` is false: never restarted;
 - the job has run less than `minRuntime`;
@@ -26,7 +27,7 @@ from gpuwise import wiring
 from gpuwise.act.machine import JobView, Plan, Refusal
 from gpuwise.act.settings import EVERY_NAMESPACE, ActionSettings, Budget, budget_name
 from gpuwise.api.base import parse_duration
-from gpuwise.api.trainingjob import ActionRecord, ActionState
+from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def counted(records: Sequence[ActionRecord]) -> list[ActionRecord]:
 def job_refusal(
     job: JobView,
     *,
+    kind: ActionKind,
     plan: Plan,
     records: Sequence[ActionRecord],
     settings: ActionSettings,
@@ -97,6 +99,8 @@ def job_refusal(
         return Refusal(
             "ActionsDisabled", "the operator's actions are off (settings actions.enabled, chart actions.enforce)"
         )
+    if kind not in settings.kinds:
+        return Refusal("ActionKindDisabled", f"the operator is not set to take {kind.value} (settings actions.kinds)")
     if do_not_disrupt(job):
         return Refusal("DoNotDisrupt", f'the job is annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}: "true"')
     if plan.restart and not job.spec.checkpoint.enabled:

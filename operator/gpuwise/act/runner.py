@@ -176,7 +176,13 @@ class Runner:
                 continue
             at = now()
             refusal = guardrails.job_refusal(
-                job, plan=plan, records=records, settings=self.settings, started_at=_started(job.body), now=at
+                job,
+                kind=recommendation.action,
+                plan=plan,
+                records=records,
+                settings=self.settings,
+                started_at=_started(job.body),
+                now=at,
             )
             if refusal is not None:
                 self._refused(job, recommendation, refusal)

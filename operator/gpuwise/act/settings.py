@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuwise.act.node_settings import NodeActionSettings
 from gpuwise.api.base import ApiModel, Duration
+from gpuwise.api.trainingjob import ActionKind
 
 # A budget counts jobs: "3", or a share of the running TrainingJobs it covers: "10%".
 BUDGET_PATTERN: Final = r"^([0-9]+|[0-9]{1,3}%)$"
@@ -70,6 +71,10 @@ class GpuClass(ApiModel):
 
 class ActionSettings(ApiModel):
     enabled: bool = Field(default=True, description="Act at all; false: Enforce-mode jobs only get recommendations.")
+    kinds: list[ActionKind] = Field(
+        default_factory=lambda: list(ActionKind),
+        description="The actions the operator may take; the chart lists only those its RBAC grants.",
+    )
     dry_run: bool = Field(default=False, description="Record what would be done (state DryRun) and do nothing.")
     cooldown: Duration = Field(default="30m", description="After an action on a job ends, wait this long.")
     max_actions_per_job: int = Field(default=3, ge=0, le=10, description="Actions on one job, ever (dry runs aside).")
