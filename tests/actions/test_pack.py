@@ -101,6 +101,18 @@ def test_plan_asks_for_one_share_and_needs_a_config() -> None:
     assert "actions.nodes.timeSlicing.config" in unset.message
 
 
+def test_plan_takes_the_recommended_share_only_if_a_replica_is_that_big() -> None:
+    # What OversizedGPU recommends on a GPU without MIG: a time-sliced share of at least 13 %.
+    fits = PACK.plan(job_view(), recommend(ActionKind.PACK, share="time-slicing", gpuShare="0.13"), SETTINGS)
+    assert isinstance(fits, Plan) and fits.changes == {"share": "time-slicing"}
+    big = PACK.plan(job_view(), recommend(ActionKind.PACK, share="time-slicing", gpuShare="0.37"), SETTINGS)
+    assert isinstance(big, Refusal) and big.reason == "ShareTooSmall"
+    assert "needs 37% of a GPU and a time-sliced share is 1/4" in big.message
+    assert "actions.nodes.timeSlicing.replicas" in big.message
+    wrong = PACK.plan(job_view(), recommend(ActionKind.PACK, gpuShare="half"), SETTINGS)
+    assert isinstance(wrong, Refusal) and wrong.reason == "BadRecommendation"
+
+
 def planned() -> Any:
     plan = PACK.plan(job_view(), recommend(ActionKind.PACK), SETTINGS)
     assert isinstance(plan, Plan)

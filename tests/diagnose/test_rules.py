@@ -237,10 +237,46 @@ def test_oversized_reads_utilization_where_sm_activity_is_not_measured() -> None
     assert "GPU utilization" in finding.message
 
 
-def test_a_gpu_without_mig_gets_the_finding_and_says_why_there_is_no_slice() -> None:
-    finding, recommendation = run(window(**LIGHT, memory_used_mib=7_000.0, gpu_model="NVIDIA L4"))["OversizedGPU"]
+L4_MIB = 23_034.0  # what NVML reports for an NVIDIA L4 (24 GB)
+
+
+def test_a_gpu_without_mig_gets_pack_onto_the_time_sliced_share_it_needs() -> None:
+    light_l4 = window(**LIGHT, memory_used_mib=1_500.0, memory_total_mib=L4_MIB, gpu_model="NVIDIA L4")
+    finding, recommendation = run(light_l4)["OversizedGPU"]
     assert finding.evidence["migProfile"] == "none: NVIDIA L4 has no MIG profiles"
-    assert recommendation is None
+    # 10 % SM activity filled to 80 %: 12.5 % of the GPU; 1,500 MiB + 20 % is 7.8 % of its memory.
+    assert finding.evidence["gpuShare"] == "0.13"
+    assert "a 13% share of a time-sliced GPU would do; NVIDIA L4 has no MIG profiles." in finding.message
+    assert recommendation is not None and recommendation.action.value == "Pack"
+    assert recommendation.changes == {"share": "time-slicing", "gpuShare": "0.13"}
+    assert "at least 13% of one" in recommendation.message
+
+
+def test_the_pack_share_is_what_the_memory_needs_when_it_needs_more_than_the_compute() -> None:
+    _, recommendation = run(window(**LIGHT, memory_used_mib=7_000.0, memory_total_mib=L4_MIB, gpu_model="L4"))[
+        "OversizedGPU"
+    ]
+    assert recommendation is not None and recommendation.changes["gpuShare"] == "0.37", "7,000 × 1.2 / 23,034"
+
+
+def test_an_unknown_gpu_model_gets_pack_and_says_the_model_is_not_known() -> None:
+    finding, recommendation = run(window(**LIGHT, memory_used_mib=7_000.0, gpu_model=None))["OversizedGPU"]
+    assert finding.evidence["migProfile"] == "none: the GPU model is not known"
+    assert recommendation is not None and recommendation.action.value == "Pack"
+
+
+def test_no_pack_when_no_second_light_job_fits_beside_it_and_mig_models_keep_mig() -> None:
+    # 43 % of the memory + 20 %: over half a GPU; nothing as light fits beside it.
+    assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=10_000.0, memory_total_mib=L4_MIB, gpu_model="L4"))
+    # 28 % SM activity filled to 80 %: 35 % of the compute, still a share.
+    busy = {"gpu_utilization": [40.0] * 60, "sm_active": [0.28] * 60}
+    _, recommendation = run(window(**busy, memory_used_mib=1_000.0, memory_total_mib=L4_MIB, gpu_model="L4"))[
+        "OversizedGPU"
+    ]
+    assert recommendation is not None and recommendation.changes["gpuShare"] == "0.35"
+    # A MIG-capable model keeps MigRepartition, never Pack.
+    _, mig = run(window(**LIGHT, memory_used_mib=7_000.0))["OversizedGPU"]
+    assert mig is not None and mig.action.value == "MigRepartition" and "share" not in mig.changes
 
 
 def test_no_oversized_finding_when_the_gpu_is_needed_or_the_job_is_not_one_gpu_per_worker() -> None:

@@ -19,10 +19,17 @@ from gpuwise.decide.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, Un
 from gpuwise.diagnose.straggler import detect_stragglers, persistent_slow_workers
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 
-# The recommendation's `changes` key that names a MIG profile (gpuwise.act.mig reads it).
+# The recommendations' `changes` keys the actions read (gpuwise.act.mig and gpuwise.act.pack
+# import them: one name on both sides). The MIG profile a job fits, e.g. 1g.10gb...
 MIG_PROFILE_CHANGE = "migProfile"
 # ...and the extended resource a worker requests for it (the device plugin's `mixed` strategy).
 MIG_RESOURCE_CHANGE = "resource"
+# How Pack shares a GPU (TIME_SLICING), and the share of one GPU the job needs, 0-1.
+SHARE_CHANGE = "share"
+GPU_SHARE_CHANGE = "gpuShare"
+TIME_SLICING = "time-slicing"
+# A share above this leaves no room for a second job as light: the job needs its GPU.
+MAX_GPU_SHARE = 0.5
 MIB_PER_GB = 1000**3 / 2**20
 
 
@@ -326,12 +333,16 @@ def smallest_mig_profile(table: GpuModel, slices: int, memory_mib: float, now_mi
 
 
 def oversized_gpu(ctx: Context) -> Diagnosis | None:
-    """Low compute and low memory for the whole window: a MIG slice would do, and free the rest.
+    """Low compute and low memory for the whole window: a share of the GPU would do, and free the rest.
 
-    The slice is sized from what the job used: compute slices for the 90th percentile of its
-    activity, filled to at most `mig_fill`, and memory for its peak plus `mig_memory_margin`. Only
-    for one GPU per worker (a slice serves one process, and slices have no peer-to-peer), and not
-    while the job waits on input: fixed input needs more compute, so that comes first.
+    What the job needs is sized from what it used: its compute for the 90th percentile of its
+    activity, filled to at most `mig_fill`, and its memory for its peak plus `mig_memory_margin`.
+    On a GPU with MIG that is the smallest slice holding both (MigRepartition); on one without
+    MIG, or of a model gpuwise has no MIG table for, it is a time-sliced share of the GPU (Pack),
+    the larger of the two fractions — time-slicing isolates no memory, so the job's memory must fit
+    its share too. Only for one GPU per worker (a share serves one process, and shares have no
+    peer-to-peer), and not while the job waits on input: fixed input needs more compute, so that
+    comes first.
     """
     w, t = ctx.window, ctx.thresholds
     if w.memory_used_mib is None or not w.memory_total_mib or w.gpus != max(1, len(w.worker_step_seconds)):
@@ -348,35 +359,56 @@ def oversized_gpu(ctx: Context) -> Diagnosis | None:
     slices = max(1, math.ceil(needed * COMPUTE_SLICES / t.mig_fill))
     wanted_mib = w.memory_used_mib * (1 + t.mig_memory_margin)
     table = mig_table(w.gpu_model)
-    profile = smallest_mig_profile(table, slices, wanted_mib, w.memory_total_mib) if table else None
-    if table is not None and profile is None:
-        return None  # no smaller slice holds it: the job needs what it has
+    if table is not None:
+        profile = smallest_mig_profile(table, slices, wanted_mib, w.memory_total_mib)
+        if profile is None:
+            return None  # no smaller slice holds it: the job needs what it has
+        finding = _oversized_finding(ctx, needed, metric, f"a MIG slice {profile.name} would do", profile.name)
+        recommendation = Recommendation(
+            action=ActionKind.MIG_REPARTITION,
+            finding="OversizedGPU",
+            message=f"Run each worker on a MIG slice {profile.name}: request {profile.resource_name}: 1 "
+            "instead of a whole GPU.",
+            changes={MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name},
+            expected_effect=f"frees {COMPUTE_SLICES - profile.compute_slices} of {COMPUTE_SLICES} compute "
+            "slices of each GPU for other jobs at the same step time",
+        )
+        return finding, recommendation
+    share = math.ceil(100 * max(needed / t.mig_fill, wanted_mib / w.memory_total_mib)) / 100
+    if share > MAX_GPU_SHARE:
+        return None  # no second job as light fits beside it: the job needs what it has
     why_not = f"{w.gpu_model} has no MIG profiles" if w.gpu_model else "the GPU model is not known"
-    peak_gib = w.memory_used_mib / 1024
-    finding = ctx.finding(
+    fix = f"a {share:.0%} share of a time-sliced GPU would do; {why_not}"
+    finding = _oversized_finding(ctx, needed, metric, fix, f"none: {why_not}", gpuShare=share)
+    recommendation = Recommendation(
+        action=ActionKind.PACK,
+        finding="OversizedGPU",
+        message=f"Run each worker on a time-sliced share of a GPU (at least {share:.0%} of one, compute and "
+        "memory) next to other light jobs, instead of a whole GPU.",
+        changes={SHARE_CHANGE: TIME_SLICING, GPU_SHARE_CHANGE: f"{share:.2f}"},
+        expected_effect=f"about {1 - share:.0%} of each GPU free for other jobs",
+    )
+    return finding, recommendation
+
+
+def _oversized_finding(
+    ctx: Context, needed: float, metric: str, fix: str, mig_profile: str, **evidence: object
+) -> Finding:
+    """The OversizedGPU finding: what the job used, and `fix`, the share that would do."""
+    w, t = ctx.window, ctx.thresholds
+    peak, total = w.memory_used_mib or 0.0, w.memory_total_mib or 1.0  # both known: oversized_gpu checked
+    return ctx.finding(
         "OversizedGPU",
         0.4 + (t.oversized_activity - needed) + (0.1 if metric == "smActivity" else 0.0),
         f"The GPU computes under {t.oversized_activity:.0%} of the time ({needed:.0%} in 90% of samples, "
         f"{'SM activity' if metric == 'smActivity' else 'GPU utilization'}) and memory peaks at "
-        f"{peak_gib:.1f} GiB ({used:.0%}): "
-        + (f"a MIG slice {profile.name} would do." if profile else f"a smaller GPU would do; {why_not}."),
+        f"{peak / 1024:.1f} GiB ({peak / total:.0%}): {fix}.",
         **{f"{metric}P90": needed},
-        memoryPeakMiB=f"{w.memory_used_mib:.0f}",
+        memoryPeakMiB=f"{peak:.0f}",
         gpuModel=w.gpu_model,
-        migProfile=profile.name if profile else f"none: {why_not}",
+        migProfile=mig_profile,
+        **evidence,
     )
-    if profile is None:
-        return finding, None
-    recommendation = Recommendation(
-        action=ActionKind.MIG_REPARTITION,
-        finding="OversizedGPU",
-        message=f"Run each worker on a MIG slice {profile.name}: request {profile.resource_name}: 1 "
-        "instead of a whole GPU.",
-        changes={MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name},
-        expected_effect=f"frees {COMPUTE_SLICES - profile.compute_slices} of {COMPUTE_SLICES} compute slices "
-        "of each GPU for other jobs at the same step time",
-    )
-    return finding, recommendation
 
 
 def throttling(ctx: Context) -> Diagnosis | None:

@@ -40,6 +40,7 @@ from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 from gpuwise.decide.mig import GpuState, MigInstance, NoGeometryError, plan_gpu
 from gpuwise.decide.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
+from gpuwise.diagnose.rules import MIG_PROFILE_CHANGE
 from gpuwise.operator.kube import Kube
 
 JsonDict = dict[str, Any]
@@ -50,8 +51,6 @@ LABEL_MIG_CONFIG: Final = "nvidia.com/mig.config"
 LABEL_MIG_STATE: Final = "nvidia.com/mig.config.state"
 LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
-CHANGE_PROFILE: Final = "migProfile"
-"""The recommendation's `changes` key naming the MIG profile a job fits, e.g. `3g.40gb`."""
 SETTLED: Final = "success"
 IN_FLIGHT: Final = frozenset({"pending", "rebooting"})
 MIG_DISABLED: Final = "all-disabled"
@@ -292,9 +291,9 @@ class MigRepartition(Action):
     prepares_nodes = True
 
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
-        profile = recommendation.changes.get(CHANGE_PROFILE)
+        profile = recommendation.changes.get(MIG_PROFILE_CHANGE)
         if not profile:
-            return Refusal("NoMigProfile", f"the recommendation names no MIG profile (changes.{CHANGE_PROFILE})")
+            return Refusal("NoMigProfile", f"the recommendation names no MIG profile (changes.{MIG_PROFILE_CHANGE})")
         refusal = not_one_gpu_per_worker(job)
         if refusal is not None:
             return refusal
@@ -303,7 +302,7 @@ class MigRepartition(Action):
         return Plan(
             target=target,
             message=f"Move each of the {workers} worker(s) from a whole GPU to a MIG slice {profile}.",
-            changes={CHANGE_PROFILE: profile},
+            changes={MIG_PROFILE_CHANGE: profile},
             details={"migProfile": profile, "workers": str(workers)},
         )
 

@@ -38,13 +38,15 @@ from gpuwise.decide.packing.fragmentation import TargetWorkload
 from gpuwise.decide.packing.policies import Context
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
+from gpuwise.diagnose.rules import GPU_SHARE_CHANGE, MIG_PROFILE_CHANGE, SHARE_CHANGE, TIME_SLICING
 from gpuwise.operator.evaluate import cpu_cores
 from gpuwise.operator.kube import Kube
 
 JsonDict = dict[str, Any]
 
 LABEL_DEVICE_PLUGIN_CONFIG: Final = "nvidia.com/device-plugin.config"
-PARTITIONING_TIME_SLICING: Final = "time-slicing"
+# The node label gpuwise.io/gpu-partitioning names the way of sharing as a recommendation does.
+PARTITIONING_TIME_SLICING: Final = TIME_SLICING
 _BYTES: Final = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _BYTES_BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
@@ -232,6 +234,25 @@ def _no_free_slices(details: Mapping[str, str]) -> str:
     )
 
 
+def _share_too_small(recommendation: Recommendation, shared: TimeSlicingSettings) -> Refusal | None:
+    """Whether one time-sliced replica is less than the job needs (`changes.gpuShare`): time-slicing
+    isolates no memory, so a job bigger than its share could run its neighbours out of memory."""
+    text = recommendation.changes.get(GPU_SHARE_CHANGE)
+    if text is None:
+        return None
+    try:
+        needed = float(text)
+    except ValueError:
+        return Refusal("BadRecommendation", f"changes.{GPU_SHARE_CHANGE} is {text!r}, not a share of a GPU (0-1)")
+    if needed <= 1 / shared.replicas:
+        return None
+    return Refusal(
+        "ShareTooSmall",
+        f"the job needs {needed:.0%} of a GPU and a time-sliced share is 1/{shared.replicas} of one "
+        "(operator settings actions.nodes.timeSlicing.replicas, and the device plugin config it names)",
+    )
+
+
 # --- the action -----------------------------------------------------------------------------
 
 
@@ -259,7 +280,7 @@ class Pack(Action):
     prepares_nodes = True
 
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
-        if recommendation.changes.get(mig.CHANGE_PROFILE):  # onto free MIG slices: MIG's target, no repartition
+        if recommendation.changes.get(MIG_PROFILE_CHANGE):  # onto free MIG slices: MIG's target, no repartition
             planned = mig.MIG_REPARTITION.plan(job, recommendation, settings)
             if isinstance(planned, Refusal):
                 return planned
@@ -273,6 +294,9 @@ class Pack(Action):
                 "NoTimeSlicingConfig",
                 "no time-slicing config is set (operator settings actions.nodes.timeSlicing.config)",
             )
+        refusal = _share_too_small(recommendation, shared)
+        if refusal is not None:
+            return refusal
         current = job.overrides
         target = current.model_copy(
             update={
@@ -284,13 +308,13 @@ class Pack(Action):
         return Plan(
             target=target,
             message=f"Share a time-sliced GPU (1/{shared.replicas}) for each of the {workers} worker(s).",
-            changes={"share": PARTITIONING_TIME_SLICING},
-            details={"share": PARTITIONING_TIME_SLICING, "workers": str(workers)},
+            changes={SHARE_CHANGE: TIME_SLICING},
+            details={SHARE_CHANGE: TIME_SLICING, "workers": str(workers)},
         )
 
     async def prepare(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         details = record.details
-        if details.get("share") != PARTITIONING_TIME_SLICING:
+        if details.get(SHARE_CHANGE) != TIME_SLICING:
             return await self._onto_free_slices(job, record, ctx)
         shared = ctx.settings.nodes.time_slicing
         if "nodes" not in details:
@@ -312,7 +336,7 @@ class Pack(Action):
         """Stop nothing unless some node can take the shares (or has the free slices) now; prefer
         the nodes the planner chose for the workers."""
         try:
-            if plan.details.get("share") == PARTITIONING_TIME_SLICING:
+            if plan.details.get(SHARE_CHANGE) == TIME_SLICING:
                 workers = int(plan.details.get("workers", "1"))
                 chosen, _ = await find_shares(ctx.kube, job, workers, ctx.settings.nodes)
                 return mig.prefer(plan, chosen)
