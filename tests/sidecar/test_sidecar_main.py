@@ -24,6 +24,8 @@ from tests.support.waiting import get
         (["--port", "70000"], "--port must be between 0 and 65535"),
         (["--backend", "cuda"], "argument --backend: invalid choice: 'cuda'"),
         (["--backend", "simulated", "--trace", "t.jsonl", "--scenario", "idle"], "--trace replays its own GPUs"),
+        (["--backend", "nvml", "--model", "L4"], "--model only apply to --backend simulated"),
+        (["--backend", "simulated", "--model", "T4"], "argument --model: invalid choice: 'T4'"),
     ],
 )
 def test_bad_arguments_say_what_to_fix(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ from gpuwise.sidecar.collector import SidecarCollector
 from gpuwise.sidecar.identity import Identity
 from gpuwise.sidecar.sampler import Sampler
 from gpuwise.sidecar.scenarios import SCENARIOS
-from gpuwise.sidecar.simulated import SimulatedBackend
+from gpuwise.sidecar.simulated import L4, SimulatedBackend
 from gpuwise.sidecar.steps import StepBook
 from tests.sidecar.support import parse, value
 
@@ -93,6 +93,16 @@ def test_every_series_is_labelled_simulated() -> None:
     assert all(s.labels["simulated"] == "true" for s in device_series)
     assert value(series, "gpuwise_sidecar_info", backend="simulated", scenario="steady") == 1
     assert {s.name for s in series} >= {m.name for m in catalog.CATALOG if m.dcgm}, "the same metrics as NVML"
+
+
+def test_a_simulated_gpu_can_be_a_model_without_mig() -> None:
+    clock = Clock()
+    backend = SimulatedBackend("steady", 1, model=L4, clock=clock)
+    assert backend.devices[0].model == "NVIDIA L4"
+    used = values_over(backend, clock, 1, "DCGM_FI_DEV_FB_USED")[0]
+    free = values_over(backend, clock, 1, "DCGM_FI_DEV_FB_FREE")[0]
+    assert used + free == 23034 - 434, "its memory, not an H100's"
+    assert max(values_over(backend, clock, 5, "DCGM_FI_DEV_POWER_USAGE")) <= 72.0
 
 
 def test_unknown_scenario_is_a_clear_error() -> None:

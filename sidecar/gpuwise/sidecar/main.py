@@ -23,6 +23,7 @@ from gpuwise.sidecar.identity import Identity
 from gpuwise.sidecar.receiver import SocketPathError
 from gpuwise.sidecar.runtime import Sidecar
 from gpuwise.sidecar.scenarios import SCENARIOS
+from gpuwise.sidecar.simulated import MODELS
 
 log = logging.getLogger("gpuwise.sidecar")
 
@@ -41,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, help="simulated: how many GPUs (default 1)")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), help="simulated: what the GPUs do (default steady)")
     p.add_argument("--trace", type=Path, help="simulated: replay this trace (JSON Lines, or a gpuwise run report)")
+    p.add_argument("--model", choices=sorted(MODELS), help="simulated: which GPU model (default H100)")
     p.add_argument("--seed", type=int, default=0, help="simulated: vary GPU identities and noise")
     p.add_argument("--interval", type=float, default=default_interval, help="seconds between samples (default 1)")
     p.add_argument("--address", default="0.0.0.0", help="address to serve /metrics on (default all)")
@@ -55,7 +57,12 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject what argparse cannot: each message says what to change."""
     simulated_only = [
         flag
-        for flag, value in (("--gpus", args.gpus), ("--scenario", args.scenario), ("--trace", args.trace))
+        for flag, value in (
+            ("--gpus", args.gpus),
+            ("--scenario", args.scenario),
+            ("--trace", args.trace),
+            ("--model", args.model),
+        )
         if value is not None
     ]
     if args.backend != "simulated" and simulated_only:
@@ -79,7 +86,8 @@ def make_backend(args: argparse.Namespace) -> Backend:
     from gpuwise.sidecar.simulated import SimulatedBackend
 
     replay = trace.load(args.trace) if args.trace is not None else None
-    return SimulatedBackend(args.scenario or "steady", args.gpus or 1, trace=replay, seed=args.seed)
+    model = MODELS[args.model or "H100"]
+    return SimulatedBackend(args.scenario or "steady", args.gpus or 1, trace=replay, seed=args.seed, model=model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,6 +48,21 @@ H100: Final = GpuModel(
     pcie_bytes_per_s=63e9,
 )
 
+L4: Final = GpuModel(
+    name="NVIDIA L4",  # no MIG: a light job on one shares it by time-slicing (gpuwise's Pack action)
+    memory_mib=23034,
+    reserved_mib=434,
+    idle_watts=16.0,
+    max_watts=72.0,
+    max_sm_mhz=2040.0,
+    memory_mhz=6251.0,
+    idle_celsius=30.0,
+    hot_celsius=75.0,
+    pcie_bytes_per_s=32e9,
+)
+MODELS: Final = {"H100": H100, "L4": L4}
+"""The GPUs the simulated backend can be, by the short name `gpuwise sidecar --model` takes."""
+
 
 class SimulatedBackend:
     name = "simulated"
