@@ -11,12 +11,13 @@ file, so a test can make the job slower (a change that made things worse).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -137,6 +138,19 @@ def telemetry(
             )
         time.sleep(6)  # a window's worth of input-bound samples
         yield server, trainers
+
+
+@contextmanager
+def light_telemetry(
+    tmp: Path, name: str, values: Mapping[str, float], *sidecar: str
+) -> Iterator[tuple[Prometheus, Trainer]]:
+    """Worker 0 of default/`name` computing lightly and never waiting on input (so a share of a GPU
+    is the fix, not more DataLoader workers): its simulated sidecar replays `values` (with
+    `sidecar`, more of its arguments, e.g. `--model L4`), and Prometheus scrapes it."""
+    trace = tmp / f"{name}.jsonl"
+    trace.write_text("".join(json.dumps({"t": t, "gpu": 0, "values": dict(values)}) + "\n" for t in (0.0, 1.0)))
+    with telemetry(tmp, [("default", name)], ("--trace", str(trace), *sidecar), wait=0.0) as (prometheus, trainers):
+        yield prometheus, trainers[name]
 
 
 def operator_config(tmp: Path, **actions: Any) -> Path:

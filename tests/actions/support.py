@@ -83,6 +83,28 @@ def mig_node(
     return body
 
 
+def time_slicing_node(
+    name: str,
+    *,
+    switched: bool = True,
+    opted_in: bool = True,
+    gpus: int = 1,
+    product: str = "NVIDIA-H100-80GB-HBM3",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A GPU node opted in for time-slicing (or not), running the device plugin's shared config
+    `shared-4` (4 replicas per GPU, renameByDefault) already or not yet."""
+    labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(gpus)}
+    if opted_in:
+        labels["gpuwise.io/gpu-partitioning"] = "time-slicing"
+    if switched:
+        labels["nvidia.com/device-plugin.config"] = "shared-4"
+    body = node(name, labels, **spec)
+    gpu = {"nvidia.com/gpu.shared": str(4 * gpus)} if switched else {"nvidia.com/gpu": str(gpus)}
+    body["status"] = {"allocatable": {"cpu": "32", "memory": "128Gi", **gpu}}
+    return body
+
+
 class NodeAgent:
     """A node-side NVIDIA component played against the emulator: it watches the nodes (polling,
     every 50 ms) and reacts to their labels the way the real one does. Like the real ones, it

@@ -8,7 +8,6 @@ repartitions the opted-in node through the played MIG Manager, and restarts the 
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +21,11 @@ from tests.actions.scenario import (
     in_state,
     job_of,
     last_action,
+    light_telemetry,
     operator_config,
     run_job,
     start,
     start_operator,
-    telemetry,
     trainingjob,
 )
 from tests.actions.support import MigManager, mig_node
@@ -55,23 +54,8 @@ LIGHT = {
 
 @pytest.fixture(scope="module")
 def light(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus, Trainer]]:
-    tmp = tmp_path_factory.mktemp("mig")
-    trace = tmp / "light.jsonl"
-    trace.write_text("".join(json.dumps({"t": t, "gpu": 0, "values": LIGHT}) + "\n" for t in (0.0, 1.0)))
-    # Computing, not waiting on input (wait 0): a slice is the fix, not more DataLoader workers.
-    with telemetry(tmp, [("default", "vit")], ("--trace", str(trace)), wait=0.0) as (prometheus, trainers):
-        yield prometheus, trainers["vit"]
-
-
-@pytest.fixture
-def cluster(emulator: EmulatorThread) -> Cluster:
-    return Cluster(emulator)
-
-
-@pytest.fixture
-def trainer(light: tuple[Prometheus, Trainer]) -> Iterator[Trainer]:
-    yield light[1]
-    light[1].request_file.write_text("")  # the next test's job starts without a pending request
+    with light_telemetry(tmp_path_factory.mktemp("mig"), "vit", LIGHT) as running:
+        yield running
 
 
 @pytest.fixture

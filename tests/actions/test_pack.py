@@ -15,7 +15,16 @@ from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind
 from gpuwise.decide.packing.cluster import PodRequest
 from gpuwise.operator.kube import Kube
-from tests.actions.support import DevicePlugin, drive, job_view, mig_node, node, pod, recommend, record_for
+from tests.actions.support import (
+    DevicePlugin,
+    drive,
+    job_view,
+    mig_node,
+    pod,
+    recommend,
+    record_for,
+    time_slicing_node,
+)
 from tests.support.emulator import EmulatorThread
 
 SHARED = "nvidia.com/gpu.shared"
@@ -28,19 +37,6 @@ SETTINGS = ActionSettings.model_validate(
     }
 )
 SLICING = SETTINGS.nodes.time_slicing
-
-
-def ts_node(name: str, *, switched: bool = True, opted_in: bool = True, gpus: int = 1, **spec: Any) -> dict[str, Any]:
-    """A GPU node opted in for time-slicing, running the shared config already or not yet."""
-    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": str(gpus)}
-    if opted_in:
-        labels["gpuwise.io/gpu-partitioning"] = "time-slicing"
-    if switched:
-        labels[LABEL_DEVICE_PLUGIN_CONFIG] = "shared-4"
-    body = node(name, labels, **spec)
-    gpu = {SHARED: str(4 * gpus)} if switched else {"nvidia.com/gpu": str(gpus)}
-    body["status"] = {"allocatable": {"cpu": "32", "memory": "128Gi", **gpu}}
-    return body
 
 
 def share(name: str, on: str, count: int = 1) -> dict[str, Any]:
@@ -65,11 +61,11 @@ def test_memory_quantities_in_mebibytes() -> None:
 
 def test_the_planner_sees_shares_as_milli_gpus_and_says_why_nodes_are_out() -> None:
     nodes = [
-        ts_node("a"),
-        ts_node("plain", opted_in=False),
-        ts_node("held", unschedulable=True),
-        ts_node("whole", switched=False),
-        ts_node("fresh", switched=False),
+        time_slicing_node("a"),
+        time_slicing_node("plain", opted_in=False),
+        time_slicing_node("held", unschedulable=True),
+        time_slicing_node("whole", switched=False),
+        time_slicing_node("fresh", switched=False),
     ]
     pods = [share("s1", "a", 2), pod("w1", "whole", gpus={"nvidia.com/gpu": 1})]
     cluster, reasons = view(nodes, pods)
@@ -85,7 +81,7 @@ def test_the_planner_sees_shares_as_milli_gpus_and_says_why_nodes_are_out() -> N
 
 @pytest.mark.parametrize("policy", ["gpuwise", "bestfit"])
 def test_a_share_fills_a_shared_gpu_before_it_breaks_a_whole_one(policy: str) -> None:
-    nodes = [ts_node("a-empty"), ts_node("b-shared"), ts_node("c-whole", opted_in=False)]
+    nodes = [time_slicing_node("a-empty"), time_slicing_node("b-shared"), time_slicing_node("c-whole", opted_in=False)]
     pods = [share(f"s{i}", "b-shared") for i in range(3)]
     pods += [pod(f"w{i}", "c-whole", gpus={"nvidia.com/gpu": 1}) for i in range(3)]  # whole GPUs keep coming
     cluster, _ = view(nodes, pods)
@@ -120,7 +116,7 @@ def planned() -> Any:
 
 
 async def test_pack_switches_an_idle_node_to_time_slicing(kube: Kube, emulator: EmulatorThread) -> None:
-    await kube.create(ts_node("gpu-1", switched=False))
+    await kube.create(time_slicing_node("gpu-1", switched=False))
     job = job_view()
     with DevicePlugin(str(emulator.kubeconfig), "shared-4") as plugin:
         record, progress = await drive(PACK, "prepare", job, planned(), kube=kube, settings=SETTINGS)
@@ -136,7 +132,7 @@ async def test_pack_switches_an_idle_node_to_time_slicing(kube: Kube, emulator: 
 
 
 async def test_a_config_the_device_plugin_never_applies_is_rolled_back(kube: Kube) -> None:
-    await kube.create(ts_node("gpu-1", switched=False))
+    await kube.create(time_slicing_node("gpu-1", switched=False))
     job = job_view()
     record, failed = await drive(PACK, "prepare", job, planned(), kube=kube, settings=SETTINGS)  # no device plugin
     assert isinstance(failed, ActionFailed) and failed.reason == "DevicePluginConfigTimeout"
@@ -149,7 +145,7 @@ async def test_a_config_the_device_plugin_never_applies_is_rolled_back(kube: Kub
 
 
 async def test_pack_onto_a_shared_gpu_changes_no_node(kube: Kube) -> None:
-    await kube.create(ts_node("gpu-1"))
+    await kube.create(time_slicing_node("gpu-1"))
     await kube.create(share("s1", "gpu-1"))
     before = await kube.get("v1", "Node", "", "gpu-1")
     record, progress = await drive(PACK, "prepare", job_view(), planned(), kube=kube, settings=SETTINGS)
@@ -159,7 +155,7 @@ async def test_pack_onto_a_shared_gpu_changes_no_node(kube: Kube) -> None:
 
 
 async def test_no_room_without_evicting_says_why(kube: Kube) -> None:
-    await kube.create(ts_node("gpu-1", switched=False))
+    await kube.create(time_slicing_node("gpu-1", switched=False))
     await kube.create(pod("whole", "gpu-1", gpus={"nvidia.com/gpu": 1}))
     _, failed = await drive(PACK, "prepare", job_view(), planned(), kube=kube, settings=SETTINGS)
     assert isinstance(failed, ActionFailed) and failed.reason == "NoSharedGpu"
@@ -199,8 +195,8 @@ async def test_admit_refuses_before_anything_is_disrupted(kube: Kube) -> None:
     await kube.create(mig_node("whole-gpus"))  # opted in for MIG, but no slices carved
     refused = await PACK.admit(job_view(), slices, ctx)
     assert isinstance(refused, Refusal) and refused.reason == "NoFreeMigSlices"
-    await kube.create(ts_node("ts-1"))
-    await kube.create(ts_node("ts-2"))
+    await kube.create(time_slicing_node("ts-1"))
+    await kube.create(time_slicing_node("ts-2"))
     for i in range(3):
         await kube.create(share(f"s{i}", "ts-2"))
     await kube.create(pod("whole", "whole-gpus", gpus={"nvidia.com/gpu": 1}))  # whole GPUs are in demand too
