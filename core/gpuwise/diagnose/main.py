@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from gpuwise.api.base import parse_duration
-from gpuwise.api.trainingjob import EfficiencySummary, Tunables
+from gpuwise.api.trainingjob import ActionKind, EfficiencySummary, Tunables
 from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import JobWindow, Sustain
@@ -190,8 +190,12 @@ def render(results: list[Result]) -> str:
             if recommendation is not None:
                 effect = f" (expected: {recommendation.expected_effect})" if recommendation.expected_effect else ""
                 lines.append(f"  → {recommendation.message}{effect}")
-                lines += [f"    set {env}={value}" for env, value in recommendation.changes.items()]
-    if any(r is not None for result in results for _, r in result.diagnoses):
+                if recommendation.action is ActionKind.ADJUST_CONFIG:  # its changes are the job's env
+                    lines += [f"    set {env}={value}" for env, value in recommendation.changes.items()]
+                elif recommendation.changes:  # another action's own parameters: nothing for a user to set
+                    shown = ", ".join(f"{key}={value}" for key, value in recommendation.changes.items())
+                    lines.append(f"    {recommendation.action.value}: {shown}")
+    if any(r is not None and r.action is ActionKind.ADJUST_CONFIG for result in results for _, r in result.diagnoses):
         lines += ["", "Recommendations name no settings: the CLI does not see spec.efficiency.tunables (see --help)."]
     return "\n".join(lines) + "\n"
 

@@ -14,12 +14,15 @@ import datetime
 import os
 import statistics
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwise.diagnose.window import JobWindow, slowdown_bits
 from gpuwise.local.recorder import Recorder, Summary
 from gpuwise.metrics import catalog
 from gpuwise.sidecar.steps import ProcessSteps
+
+if TYPE_CHECKING:
+    from gpuwise.api.trainingjob import Recommendation
 
 MIB = 1024 * 1024
 
@@ -54,7 +57,7 @@ def findings(
             "confidence": finding.confidence,
             "message": finding.message,
             "evidence": finding.evidence,
-            "recommendation": _advice(recommendation.message, recommendation.changes) if recommendation else None,
+            "recommendation": _advice(recommendation) if recommendation else None,
         }
         for finding, recommendation in diagnose(context)
     ]
@@ -126,9 +129,15 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
     )
 
 
-def _advice(message: str, changes: dict[str, str]) -> str:
-    settings = ", ".join(f"{name}={value}" for name, value in changes.items())
-    return f"{message} Try: {settings}." if settings else message
+def _advice(recommendation: Recommendation) -> str:
+    """AdjustConfig's changes are the script's own settings here: say which to try. Other actions'
+    changes (a MIG profile, a time-sliced share) are for the operator; their message says it all."""
+    from gpuwise.api.trainingjob import ActionKind
+
+    if recommendation.action is not ActionKind.ADJUST_CONFIG or not recommendation.changes:
+        return recommendation.message
+    settings = ", ".join(f"{name}={value}" for name, value in recommendation.changes.items())
+    return f"{recommendation.message} Try: {settings}."
 
 
 def _mean(values: list[float]) -> float | None:
