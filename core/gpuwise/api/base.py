@@ -8,6 +8,7 @@ where the CRD differs from what pydantic itself enforces.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any
 
@@ -57,6 +58,7 @@ _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+@functools.lru_cache(maxsize=256)  # a handful of distinct windows, parsed for every job every cycle
 def parse_duration(text: str) -> float:
     """Seconds in a duration such as `1h30m`; raises ValueError naming the expected form."""
     if not re.fullmatch(DURATION_PATTERN, text):

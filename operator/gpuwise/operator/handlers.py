@@ -12,7 +12,7 @@ interval are plain arguments instead of module-level globals.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import kopf
@@ -24,9 +24,9 @@ from gpuwise.act.measure import Meter
 from gpuwise.act.runner import Runner
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
-from gpuwise.diagnose.prometheus import Prometheus, PrometheusError
+from gpuwise.diagnose.prometheus import Prometheus
 from gpuwise.operator.config import OperatorSettings
-from gpuwise.operator.evaluate import publish_efficiency
+from gpuwise.operator.evaluate import evaluate_job
 from gpuwise.operator.inject import inject_sidecar
 from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS
@@ -40,6 +40,22 @@ ANNOTATION_INSTRUMENTATION = f"{wiring.API_GROUP}/instrumentation"
 
 def _first(store: Iterable[JsonDict] | None) -> JsonDict | None:
     return next(iter(store), None) if store is not None else None
+
+
+class IndexedObjects:
+    """Every object in a kopf index, read when iterated: a view, not a copy.
+
+    Each job's evaluation gets the fleet for its disruption budgets, but reads it only when an
+    action is about to start; copying 10,000 objects into a list for every job would make each
+    cycle cost the square of the number of jobs.
+    """
+
+    def __init__(self, index: kopf.Index[Any, JsonDict]) -> None:
+        self._index = index
+
+    def __iter__(self) -> Iterator[JsonDict]:
+        for store in self._index.values():
+            yield from store
 
 
 def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf.OperatorRegistry:
@@ -155,17 +171,15 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
             **_: Any,
         ) -> None:
             """Diagnose, publish, then act: one cycle of the loop for one job."""
-            context: Context = memo["context"]
-            raw = copy.deepcopy(dict(body))
-            evaluated = await publish_efficiency(raw, memo["evaluator"], context.kube, logger)
-            runner: Runner = memo["runner"]
-            fleet = [tj for store in trainingjobs.values() for tj in store]
-            async with context.lock(namespace or "", name):
-                recommendations = (evaluated or {}).get("recommendations") or []
-                try:
-                    await runner.run(raw, list(pods.get((namespace, name), [])), fleet, recommendations)
-                except PrometheusError as exc:  # the action waits where it is; the next cycle retries
-                    logger.warning("cannot advance actions: %s", exc)
+            await evaluate_job(
+                body,
+                list(pods.get((namespace, name), [])),
+                IndexedObjects(trainingjobs),
+                evaluator=memo["evaluator"],
+                runner=memo["runner"],
+                context=memo["context"],
+                logger=logger,
+            )
 
     if webhook:
         register_webhook(registry, settings)
