@@ -1,0 +1,37 @@
+"""bench/evaluate.py at a small scale: its cycle runs the operator's own per-job path, against a real Prometheus."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from bench import evaluate
+
+pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs prometheus (make system-deps)")
+
+
+def test_the_measured_cycle_publishes_every_job_and_then_only_what_changed(capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = 30
+    assert evaluate.main(["--jobs", str(jobs), "--cycles", "2", "--sample", "2", "--json-only"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    first, second = figures["cycles"]
+    assert first["jobs"] == second["jobs"] == jobs
+    assert first["queries"] == second["queries"] == 19  # batched: not one more per job
+    # The first cycle writes every running job's status; the next one writes none that did not change.
+    assert first["writes"] == {"patch TrainingJob/status": jobs}
+    assert second["writes"].get("patch TrainingJob/status", 0) < jobs
+    # Findings appear as Warning Events once; Enforce jobs without a checkpoint are told why nothing is done.
+    assert first["events"]["InputBound"] > 0 and first["events"]["ActionNotTaken"] > 0
+    assert "InputBound" not in second["events"] and "ActionNotTaken" not in second["events"]
+    # What the statuses hold is what the diagnosis finds, less the Observe-mode jobs' findings.
+    assert set(figures["findings"]) == set(figures["diagnosis"]["findings"])
+    assert sum(figures["findings"].values()) < sum(figures["diagnosis"]["findings"].values())
+    assert first["per_job_cpu_s"] > 0 and first["cpu_s"] >= first["read_cpu_s"]
+
+
+def test_a_merge_patch_makes_a_new_object_and_null_removes() -> None:
+    stored = {"status": {"phase": "Running", "efficiency": {"gpuUtilization": 30.0, "topFinding": "Idle"}}}
+    merged = evaluate.merge_patch(stored, {"status": {"efficiency": {"topFinding": None}, "findings": []}})
+    assert merged == {"status": {"phase": "Running", "efficiency": {"gpuUtilization": 30.0}, "findings": []}}
+    assert stored["status"]["efficiency"] == {"gpuUtilization": 30.0, "topFinding": "Idle"}  # unchanged
