@@ -10,7 +10,7 @@ the baseline and reverts (another checkpointed restart) when it got worse.
 
 from __future__ import annotations
 
-from gpuwise.act.machine import Action, JobView, Plan, Refusal, register
+from gpuwise.act.machine import Action, JobView, Plan, Refusal
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, IntTunable, Recommendation, SwitchTunable, Tunables
 
@@ -84,4 +84,4 @@ class AdjustConfig(Action):
         return Plan(target=target, message=f"Set {summary} and restart from a checkpoint.", changes=changes)
 
 
-ADJUST_CONFIG = register(AdjustConfig())
+ADJUST_CONFIG = AdjustConfig()

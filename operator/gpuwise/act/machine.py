@@ -175,17 +175,6 @@ def compare(before: Measurement | None, after: Measurement | None, tolerance: fl
     return Verdict(True, "NotMeasured", "no throughput or utilization on both sides to compare")
 
 
-# --- the registry of kinds ------------------------------------------------------------------
-
-KINDS: dict[ActionKind, Action] = {}
-
-
-def register(action: Action) -> Action:
-    """Make a kind available to the runner (each kind's module registers itself at import)."""
-    KINDS[action.kind] = action
-    return action
-
-
 # --- records --------------------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from gpuwise import wiring
 from gpuwise.act import nodes
-from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
+from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.node_settings import NodeActionSettings
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
@@ -372,4 +372,4 @@ class MigRepartition(Action):
         )
 
 
-MIG_REPARTITION = register(MigRepartition())
+MIG_REPARTITION = MigRepartition()

@@ -28,7 +28,7 @@ import numpy as np
 
 from gpuwise import wiring
 from gpuwise.act import mig, nodes
-from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal, register
+from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.node_settings import NodeActionSettings, TimeSlicingSettings
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
@@ -389,4 +389,4 @@ class Pack(Action):
         )
 
 
-PACK = register(Pack())
+PACK = Pack()

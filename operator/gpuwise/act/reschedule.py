@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from gpuwise.act.machine import Action, JobView, Plan, Refusal, Verdict, compare, register
+from gpuwise.act.machine import Action, JobView, Plan, Refusal, Verdict, compare
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 
@@ -83,4 +83,4 @@ class Reschedule(Action):
         return Verdict(True, judged.reason if judged.keep else "Kept", judged.message)
 
 
-RESCHEDULE = register(Reschedule())
+RESCHEDULE = Reschedule()
