@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from gpuwise.api.trainingjob import TrainingJobSpec
 from gpuwise.diagnose.window import JobWindow
-from gpuwise.operator.evaluate import changed, cpu_cores, efficiency_status, job_facts
+from gpuwise.operator.evaluate import cpu_cores, efficiency_status, job_facts, worth_writing
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -69,7 +69,7 @@ def test_a_finding_keeps_its_first_appearance_across_cycles() -> None:
     first = efficiency_status(spec(), input_bound(), {}, NOW)
     later = efficiency_status(spec(), input_bound(), first, NOW.replace(hour=13))
     assert later["findings"][0]["since"] == "2026-11-22T12:00:00Z"
-    assert not changed(later, first)
+    assert not worth_writing(later, first, NOW.replace(hour=13), refresh_seconds=7200)
 
 
 def test_unmeasured_quantities_are_null_not_zero() -> None:
@@ -78,7 +78,34 @@ def test_unmeasured_quantities_are_null_not_zero() -> None:
     assert status["efficiency"]["memoryHeadroomFraction"] is None
 
 
-def test_a_new_timestamp_alone_is_not_a_change() -> None:
-    old = {"efficiency": {"gpuUtilization": 30.0, "updatedAt": "A"}, "findings": [], "recommendations": []}
-    assert not changed({**old, "efficiency": {"gpuUtilization": 30.0, "smActivity": None, "updatedAt": "B"}}, old)
-    assert changed({**old, "efficiency": {"gpuUtilization": 31.0, "updatedAt": "B"}}, old)
+def written(status: dict[str, Any], at: datetime) -> dict[str, Any]:
+    return {**status, "efficiency": {**status["efficiency"], "updatedAt": at.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+
+def test_a_figure_moving_less_than_its_tolerance_is_not_written_until_the_refresh() -> None:
+    stored = written(efficiency_status(spec(), input_bound(), {}, NOW), NOW)
+    slid = efficiency_status(spec(), input_bound(gpu_utilization=[30.0] * 59 + [59.0]), stored, NOW)
+    assert slid["efficiency"]["gpuUtilization"] == 30.5 != stored["efficiency"]["gpuUtilization"]
+    assert not worth_writing(slid, stored, NOW + timedelta(seconds=30), refresh_seconds=300)
+    assert worth_writing(slid, stored, NOW + timedelta(seconds=300), refresh_seconds=300), "refreshed at last"
+    moved = efficiency_status(spec(), input_bound(gpu_utilization=[31.0] * 60), stored, NOW)
+    assert worth_writing(moved, stored, NOW + timedelta(seconds=30), refresh_seconds=300), "one point of utilization"
+    waits_less = efficiency_status(spec(), input_bound(data_wait_fraction=[0.59] * 60), stored, NOW)
+    assert worth_writing(waits_less, stored, NOW + timedelta(seconds=30), refresh_seconds=300)
+
+
+def test_a_figure_appearing_or_a_finding_changing_is_written_at_once() -> None:
+    stored = written(efficiency_status(spec(), input_bound(sm_activity=None), {}, NOW), NOW)
+    measured = efficiency_status(spec(), input_bound(), stored, NOW)
+    assert worth_writing(measured, stored, NOW, refresh_seconds=300), "SM activity now measured"
+    fed = input_bound(data_wait_fraction=[0.0] * 60, gpu_utilization=[30.4] * 60)
+    healthy = efficiency_status(spec(), fed, stored, NOW)
+    assert healthy["findings"] == [] and worth_writing(healthy, stored, NOW, refresh_seconds=300)
+    more_workers = {**stored, "recommendations": [{**stored["recommendations"][0], "changes": {"W": "4"}}]}
+    assert worth_writing(more_workers, stored, NOW, refresh_seconds=300)
+
+
+def test_a_status_never_written_with_nothing_measured_is_not_written() -> None:
+    observed = efficiency_status(spec("Observe"), input_bound(gpu_utilization=[], data_wait_fraction=[],
+                                 sm_activity=None, memory_used_mib=None), {}, NOW)  # fmt: skip
+    assert not worth_writing(observed, {}, NOW, refresh_seconds=300)

@@ -236,7 +236,10 @@ class EfficiencySummary(ApiModel):
     data_wait_fraction: float | None = Field(default=None, ge=0, le=1)
     memory_headroom_fraction: float | None = Field(default=None, ge=0, le=1)
     top_finding: str | None = None
-    updated_at: datetime | None = None
+    updated_at: datetime | None = Field(
+        default=None,
+        description="When the operator last wrote this status: it skips figures that moved less than a point.",
+    )
 
 
 class Finding(ApiModel):

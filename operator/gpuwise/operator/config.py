@@ -37,6 +37,11 @@ class OperatorSettings(ApiModel):
         default=None, pattern=r"^https?://", description="Where to read metrics from; unset: no evaluation."
     )
     evaluation_seconds: float = Field(default=30.0, gt=0, description="How often every running job is diagnosed.")
+    status_refresh_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How old a job's efficiency figures may get in status when none moved by its tolerance.",
+    )
     query_step_seconds: float = Field(
         default=15.0, ge=1, description="Resolution of the range queries: set it to Prometheus' scrape interval."
     )

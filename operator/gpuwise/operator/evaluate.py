@@ -5,7 +5,14 @@ Every job has a timer, but they share one batched read per cycle and window leng
 What a job's status gets depends on its mode: `Observe` publishes the efficiency summary only;
 `Recommend` and `Enforce` add findings and recommendations, with an Event when a finding appears
 or clears; in `Enforce` the action runner (gpuwise.act.runner) then acts on the recommendations
-within the operator's guardrails. A status is written only when something in it changed.
+within the operator's guardrails.
+
+A status is written only when it tells a user something new (`worth_writing`): a finding, a
+recommendation or the top finding changed, an efficiency figure moved by its tolerance, or the
+written figures are older than the refresh interval. The window slides every cycle, so a figure's
+last digit changes nearly every time; writing that would be one API write per job and cycle
+(10,000 a cycle at scale) for nothing anyone acts on. `efficiency.updatedAt` is therefore when the
+status was last written; the `gpuwise_job_*` gauges are the live, exact figures.
 
 `evaluate_job()` is the whole cycle for one job, what the kopf timer runs; `bench/evaluate.py`
 runs the same function for thousands of jobs to measure what a cycle costs.
@@ -18,7 +25,7 @@ import collections
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import kopf
 
@@ -102,14 +109,41 @@ def _rounded(value: float | None, digits: int) -> float | None:
     return round(min(max(value, 0.0), 100.0), digits) if value is not None else None
 
 
-def changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Whether publishing `new` would tell anyone something (the timestamp alone does not)."""
+# How far an efficiency figure moves before it is worth a write: one percentage point of
+# utilization, activity, data wait or memory headroom. Less is the window sliding, not the job changing.
+TOLERANCES: Final = {
+    "gpuUtilization": 1.0,  # percent
+    "smActivity": 0.01,
+    "dataWaitFraction": 0.01,
+    "memoryHeadroomFraction": 0.01,
+}
+STATUS_REFRESH_SECONDS: Final = 300.0
 
-    def essence(status: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any], list[Any]]:
-        efficiency = {k: v for k, v in (status.get("efficiency") or {}).items() if k != "updatedAt" and v is not None}
-        return efficiency, list(status.get("findings") or []), list(status.get("recommendations") or [])
 
-    return essence(new) != essence(old)
+def worth_writing(new: Mapping[str, Any], old: Mapping[str, Any], now: datetime, refresh_seconds: float) -> bool:
+    """Whether writing `new` over the stored `old` tells a user something they would act on.
+
+    Findings and recommendations are compared by what one acts on: which finding holds since when
+    (for which worker) and what to change. Their messages and evidence quote the window's figures,
+    like `efficiency`, and are refreshed with them every `refresh_seconds`.
+    """
+    if _actionable(new) != _actionable(old):
+        return True
+    new_efficiency, old_efficiency = new.get("efficiency") or {}, old.get("efficiency") or {}
+    if new_efficiency.get("topFinding") != old_efficiency.get("topFinding"):
+        return True
+    for key, tolerance in TOLERANCES.items():
+        fresh, stored = new_efficiency.get(key), old_efficiency.get(key)
+        if (fresh is None) != (stored is None) or (fresh is not None and round(abs(fresh - stored), 6) >= tolerance):
+            return True
+    written = _parse_time(old_efficiency.get("updatedAt"))
+    return written is not None and (now - written).total_seconds() >= refresh_seconds
+
+
+def _actionable(status: Mapping[str, Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    findings = [(f["kind"], f["since"], f.get("worker")) for f in status.get("findings") or []]
+    recommendations = [(r["action"], r["finding"], r.get("changes")) for r in status.get("recommendations") or []]
+    return findings, recommendations
 
 
 class Evaluator:
@@ -121,6 +155,7 @@ class Evaluator:
         cycle_seconds: float,
         step_seconds: float = 15.0,
         clock: Callable[[], float] = time.time,
+        refresh_seconds: float = STATUS_REFRESH_SECONDS,
     ) -> None:
         self.source = source
         self.clock = clock  # a benchmark replays series that end in the past
@@ -128,6 +163,8 @@ class Evaluator:
         # The range queries' resolution: Prometheus' scrape interval. Finer asks for points that
         # do not exist and multiplies the cost (10,000 jobs at 1 s: 24 s of CPU per cycle).
         self.step_seconds = step_seconds
+        # Unchanged efficiency figures are rewritten this often, so that a status is never older.
+        self.refresh_seconds = refresh_seconds
         self._snapshots: dict[tuple[float, float], prometheus.Snapshot] = {}
         self._locks: collections.defaultdict[tuple[float, float], asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.fetches = 0
@@ -178,7 +215,7 @@ async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, l
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
     threshold = spec.efficiency.thresholds.gpu_utilization
     JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds, threshold=threshold)
-    if not changed(new, status):
+    if not worth_writing(new, status, datetime.fromtimestamp(evaluator.clock(), tz=UTC), evaluator.refresh_seconds):
         return new
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
     before = {f["kind"] for f in status.get("findings") or []}

@@ -125,7 +125,12 @@ def main(argv: Sequence[str]) -> int:
     memo = kopf.Memo(context=Context(kube=kube, settings=settings))
     if settings.prometheus_url:
         source = Prometheus(settings.prometheus_url)
-        memo.evaluator = Evaluator(source, settings.evaluation_seconds, settings.query_step_seconds)
+        memo.evaluator = Evaluator(
+            source,
+            settings.evaluation_seconds,
+            settings.query_step_seconds,
+            refresh_seconds=settings.status_refresh_seconds,
+        )
         memo.runner = build_runner(kube, source, settings)
     asyncio.run(
         kopf.operator(
