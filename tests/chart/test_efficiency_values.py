@@ -26,6 +26,13 @@ def test_prometheus_url_and_interval_reach_the_operator() -> None:
     assert (chosen.prometheus_url, chosen.evaluation_seconds) == ("http://prometheus.monitoring:9090", 15)
 
 
+def test_the_status_refresh_reaches_the_operator() -> None:
+    assert settings({}).status_refresh_seconds == 300
+    assert settings({"efficiency": {"statusRefreshSeconds": 60}}).status_refresh_seconds == 60
+    with pytest.raises(helm.HelmValuesError, match="statusRefreshSeconds"):
+        render({"efficiency": {"statusRefreshSeconds": 0}})
+
+
 def test_a_url_without_a_scheme_is_refused_at_install() -> None:
     with pytest.raises(helm.HelmValuesError, match="/efficiency/prometheusUrl"):
         render({"efficiency": {"prometheusUrl": "prometheus:9090"}})

@@ -112,6 +112,7 @@ resyncSeconds: {{ .Values.operator.resyncSeconds }}
 prometheusUrl: {{ . | quote }}
 {{- end }}
 evaluationSeconds: {{ .Values.efficiency.evaluationSeconds }}
+statusRefreshSeconds: {{ .Values.efficiency.statusRefreshSeconds }}
 actions:
   enabled: {{ .Values.actions.enforce }}
   # The actions this install's RBAC allows: AdjustConfig and Reschedule restart a job, which

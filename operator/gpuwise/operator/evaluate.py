@@ -124,8 +124,8 @@ def worth_writing(new: Mapping[str, Any], old: Mapping[str, Any], now: datetime,
     """Whether writing `new` over the stored `old` tells a user something they would act on.
 
     Findings and recommendations are compared by what one acts on: which finding holds since when
-    (for which worker) and what to change. Their messages and evidence quote the window's figures,
-    like `efficiency`, and are refreshed with them every `refresh_seconds`.
+    (for which worker) and what to change. Their confidence, messages and evidence follow the
+    window's figures, like `efficiency`, and are refreshed with them every `refresh_seconds`.
     """
     if _actionable(new) != _actionable(old):
         return True
