@@ -118,6 +118,43 @@ def test_tracker_reports_the_loader_autocast_and_memory(inbox: Inbox) -> None:
     assert probes == [100.0, 101.1], "the probe runs at most once a second"
 
 
+def test_autocast_on_at_a_steps_end_is_reported_in_every_datagram(inbox: Inbox) -> None:
+    """One autocast context around the whole loop is entered once; every report must still say so."""
+    clock = Clock()
+    tracker = Tracker(Sender(str(inbox.path)), clock=clock)
+    tracker.autocast_known = True
+    calls: list[float] = []
+    on = True
+
+    def probe() -> bool:
+        calls.append(clock.now)
+        return on
+
+    tracker.autocast_probe = probe
+    for _ in range(3):  # a report per step, each seeing autocast on
+        clock.now += 0.02
+        tracker.end_step()
+    for _ in range(3):  # three steps in one report: probed at the first only
+        clock.now += 0.004
+        tracker.end_step()
+    on = False
+    clock.now += 0.02
+    tracker.end_step()
+    flags = [e.flags for e in inbox.pending()]
+    assert [bool(f & wire.AUTOCAST_ON) for f in flags] == [True, True, True, True, False]
+    assert all(f & wire.AUTOCAST_KNOWN for f in flags)
+    assert len(calls) == 5, "not probed again once seen in the current report"
+
+
+def test_a_broken_autocast_probe_is_dropped(inbox: Inbox) -> None:
+    tracker = Tracker(Sender(str(inbox.path)))
+    tracker.autocast_known = True
+    tracker.autocast_probe = lambda: bool(1 // 0)
+    tracker.end_step()
+    assert not inbox.receive()[0].flags & wire.AUTOCAST_ON
+    assert getattr(tracker, "autocast_probe") is None  # noqa: B009 - mypy narrowed the attribute
+
+
 def test_a_broken_memory_probe_costs_the_reading_only(inbox: Inbox) -> None:
     tracker = Tracker(Sender(str(inbox.path)))
     tracker.memory_probe = lambda: (1 // 0, 0)

@@ -151,3 +151,39 @@ def test_the_script_runs_the_same_without_gpuwise(short_tmp: Path) -> None:
     command = [sys.executable, str(script), "3", "4", "1", "0"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(result.stdout)["optimizer_steps"] == 3
+
+
+# One autocast context around the whole loop: entered once, before the first step, and on at
+# every step's end. Each step sleeps past the tracker's send interval, so every step is a datagram.
+WHOLE_LOOP_AUTOCAST = textwrap.dedent(
+    """
+    import time
+    import torch
+    from torch import nn
+
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(20):
+            loss = model(torch.randn(4, 8)).float().pow(2).mean()
+            assert loss.dtype == torch.float32 and model(torch.randn(1, 8)).dtype == torch.bfloat16
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            time.sleep(0.015)
+    """
+)
+
+
+def test_autocast_around_the_whole_loop_stays_reported(short_tmp: Path) -> None:
+    with sidecar(short_tmp, "--backend", "simulated") as side:
+        script = short_tmp / "train.py"
+        script.write_text(WHOLE_LOOP_AUTOCAST)
+        command = [sys.executable, str(script)]
+        result = subprocess.run(
+            command, env=side.trainer_env(), cwd=short_tmp, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        series = settled(side, 20)
+    assert value(series, "gpuwise_step_events_received_total") >= 10, "many reports, each after the first"
+    assert value(series, "gpuwise_autocast_enabled") == 1

@@ -8,7 +8,9 @@
   gives the samples, and the iterator its loader's `num_workers`, `pin_memory` and batch size.
   Batches fetched with gradients off (evaluation under `no_grad`/`inference_mode`) belong to no
   step: they are not counted, and the next training batch starts the next step's clock afresh.
-- **Mixed precision** is noticed when `torch.autocast` is entered enabled during a step.
+- **Mixed precision** is noticed when `torch.autocast` is entered enabled during a step (the usual
+  forward-only context), or is on at a step's end (one context around the whole loop, entered once
+  before the first step). The latter is one C call per step while autocast is off, about 0.15 µs.
 - **CUDA memory peaks** are read at most once a second (the statistics call is not cheap), only
   once the program has initialised CUDA itself (initialising it from here would break DataLoader
   workers forked later), and never reset (the program may be reading them too).
@@ -60,13 +62,14 @@ def install(torch: Any, tracker: Tracker) -> Callable[[], None]:
 
         importhook.when_imported("torch.distributed.checkpoint", hook_distributed_checkpoint)
     tracker.autocast_known = tracker.hooked = True
+    tracker.autocast_probe = _autocast_probe(torch)
     tracker.memory_probe = _cuda_peaks(torch.cuda)
 
     def remove() -> None:
         for step in reversed(undo):
             step()
         tracker.autocast_known = tracker.hooked = False
-        tracker.memory_probe = None
+        tracker.autocast_probe = tracker.memory_probe = None
 
     return remove
 
@@ -161,6 +164,19 @@ def _noticed_enter(tracker: Tracker) -> Callable[[Callable[[Any], Any]], Callabl
         return __enter__
 
     return wrap
+
+
+def _autocast_probe(torch: Any) -> Callable[[], bool]:
+    """Whether autocast is on now, for any device type: one C call where torch has it."""
+    any_enabled: Callable[[], bool] | None = getattr(torch._C, "_is_any_autocast_enabled", None)
+    if any_enabled is not None:
+        return any_enabled
+    enabled = torch.is_autocast_enabled
+
+    def probe() -> bool:
+        return bool(enabled("cuda") or enabled("cpu"))
+
+    return probe
 
 
 def _cuda_peaks(cuda: Any) -> Callable[[], tuple[int, int] | None]:

@@ -38,6 +38,8 @@ SEND_INTERVAL: Final = 0.01
 FLUSH_SECONDS: Final = 0.2
 
 MemoryProbe = Callable[[], "tuple[int, int] | None"]
+# Whether mixed precision is on right now (for any device type).
+AutocastProbe = Callable[[], bool]
 
 
 class Tracker:
@@ -63,6 +65,7 @@ class Tracker:
         "_started",
         "_unsent",
         "autocast_known",
+        "autocast_probe",
         "batch_size",
         "checkpoints",
         "cuda_allocated_peak",
@@ -120,6 +123,9 @@ class Tracker:
         self.batch_size = wire.UNKNOWN
         self.pin_memory: bool | None = None
         self.autocast_known = False
+        # Read at a step's end until autocast is seen in the current report: a loop run entirely
+        # under one autocast context enters it once, before the first step, and never again.
+        self.autocast_probe: AutocastProbe | None = None
         self.cuda_allocated_peak = wire.UNKNOWN
         self.cuda_reserved_peak = wire.UNKNOWN
         self.memory_probe: MemoryProbe | None = None
@@ -150,6 +156,11 @@ class Tracker:
         self._last_end = now
         if samples is not None:
             self._explicit_samples = (self._explicit_samples or 0) + samples
+        if not self._autocast_seen and self.autocast_probe is not None:
+            try:
+                self._autocast_seen = self.autocast_probe()
+            except Exception:
+                self.autocast_probe = None
         if now - self._sent_at >= self._send_interval:
             self._report(now)
 
