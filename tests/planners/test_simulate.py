@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from gpuwise import cli
-from gpuwise.simulate.experiment import run_policy
+from gpuwise.simulate.experiment import PolicyResult, SeedResult, paired_wins, run_policy, run_seed
 from gpuwise.simulate.main import main
 from gpuwise.simulate.replay import Curve
+from gpuwise.simulate.report import table
 from gpuwise.simulate.trace import load_nodes, load_pods
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,15 +40,119 @@ def trace(tmp_path: Path) -> tuple[Path, Path]:
     return nodes, pods
 
 
-def test_json_output_has_the_documented_fields(trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+DOCUMENTED = {
+    "policy": str,
+    "seeds": int,
+    "alloc_at_100": float,
+    "alloc_at_130": float,
+    "frag_at_100": float,
+    "migrations": float,
+    "seconds": float,
+}
+"""The keys of the issue's JSON and their types; the rest of an object is extra."""
+PER_SEED = ("alloc_at_100", "alloc_at_130", "frag_at_100", "migrations", "seconds")
+
+
+def packing_json(capsys: pytest.CaptureFixture[str], nodes: Path, pods: Path, *options: str) -> Any:
+    assert main(["packing", "--nodes", str(nodes), "--pods", str(pods), *options, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def assert_documented(result: dict[str, Any], policy: str, seeds: list[int]) -> None:
+    """The documented keys have their types, and each is the mean of the seeds' own figures."""
+    for key, kind in DOCUMENTED.items():
+        assert type(result[key]) is kind, f"{key}: {result[key]!r}"
+    assert result["policy"] == policy and result["seeds"] == len(seeds)
+    assert [seed["seed"] for seed in result["per_seed"]] == seeds
+    for key in PER_SEED:
+        values = [seed[key] for seed in result["per_seed"]]
+        assert result[key] == pytest.approx(statistics.fmean(values), abs=0.051), key
+    for key in ("alloc_at_100", "alloc_at_130"):
+        values = [seed[key] for seed in result["per_seed"]]
+        assert result[f"{key}_stdev"] == pytest.approx(statistics.stdev(values), abs=1e-3)
+        assert all(0 <= value <= 100 for value in values)
+    assert all(type(seed["migrations"]) is int and seed["seconds"] >= 0 for seed in result["per_seed"])
+    if not result["repack"]:
+        assert result["migrations"] == 0.0 and result["max_migrations"] == 0
+
+
+def test_json_for_one_policy_is_one_object_whose_figures_are_the_seeds_means(
+    trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     nodes, pods = trace
-    argv = ["packing", "--nodes", str(nodes), "--pods", str(pods), "--policy", "gpuwise", "--seeds", "2", "--json"]
-    assert main(argv) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert {"policy", "seeds", "alloc_at_100", "alloc_at_130", "frag_at_100", "migrations", "seconds"} <= set(result)
-    assert result["policy"] == "gpuwise" and result["seeds"] == 2 and result["migrations"] == 0
-    assert 0 < result["alloc_at_100"] <= result["alloc_at_130"] <= 100
-    assert "Alibaba clusterdata" in result["source"]
+    result = packing_json(capsys, nodes, pods, "--policy", "gpuwise", "--seeds", "3")
+    assert isinstance(result, dict)
+    assert_documented(result, "gpuwise", [42, 43, 44])
+    assert "Alibaba clusterdata" in result["source"] and result["trace"] == str(pods)
+    # Each seed's figures are that seed's replay, and the seeds differ (so a mean is a mean).
+    loaded = load_nodes(nodes)
+    replays = [run_seed(loaded, load_pods(pods, loaded), "gpuwise", seed) for seed in (42, 43, 44)]
+    for key in ("alloc_at_100", "alloc_at_130", "frag_at_100"):
+        expected = [getattr(seed, key) for seed in replays]
+        assert [seed[key] for seed in result["per_seed"]] == pytest.approx(expected, abs=1e-3)
+    assert len({seed["alloc_at_100"] for seed in result["per_seed"]}) > 1
+
+
+def test_json_figures_mean_allocation_and_fragmentation_in_percent_of_capacity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four GPUs, pods of 600 milli: one pod per GPU, then every pod is dropped. The 7th pod
+    arrives at 105 %, so at 100 % six have arrived and four are placed: 2,400 of 4,000 milli is
+    60 % allocated, and the 4 x 400 milli left, which no 600-milli pod can use, is 40 % fragmented.
+    Nothing more is placed up to 130 % (8 pods, 120 %)."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,4,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(f"p{i},1000,1024,1,600\n" for i in range(3))
+    )
+    for policy in ("random", "bestfit", "fgd", "gpuwise"):
+        result = packing_json(capsys, nodes, pods, "--policy", policy, "--seeds", "2")
+        assert_documented(result, policy, [42, 43])
+        assert (result["alloc_at_100"], result["alloc_at_130"], result["frag_at_100"]) == (60.0, 60.0, 40.0)
+
+
+def test_json_for_several_policies_or_repack_is_a_list_in_the_order_they_ran(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Three 2-GPU nodes and pods of 810, 160, 500 and 1000 milli: on seed 44 a whole-GPU pod
+    # gets in only by moving two pods.
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"{n},32000,131072,2,T4\n" for n in "abc"))
+    pods = tmp_path / "pods.csv"
+    shapes = (810, 160, 1000, 500)
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(f"p{m},1000,1024,1,{m}\n" for m in shapes)
+    )
+    results = packing_json(capsys, nodes, pods, "--policy", "fgd,gpuwise", "--seeds", "4", "--repack")
+    assert [(r["policy"], r["repack"], r["max_migrations"]) for r in results] == [
+        ("fgd", False, 0),
+        ("fgd", True, 2),
+        ("gpuwise", False, 0),
+        ("gpuwise", True, 2),
+    ]
+    for result in results:
+        assert_documented(result, result["policy"], [42, 43, 44, 45])
+        assert (result["migrations"] > 0) == result["repack"]
+    nodes, pods = trace
+    one = packing_json(capsys, nodes, pods, "--policy", "gpuwise", "--seeds", "2", "--repack", "--max-migrations", "1")
+    assert [r["max_migrations"] for r in one] == [0, 1]
+    several = packing_json(capsys, nodes, pods, "--policy", "all", "--seeds", "1")
+    assert [r["policy"] for r in several] == ["random", "bestfit", "fgd", "gpuwise"]
+
+
+def test_paired_wins_compare_the_same_seeds() -> None:
+    def result(policy: str, allocations: dict[int, float]) -> PolicyResult:
+        seeds = tuple(SeedResult(seed, a, a, 0.0, 0, 1.0, ()) for seed, a in allocations.items())
+        return PolicyResult(policy, 0, seeds)
+
+    mine = result("gpuwise", {42: 95.0, 43: 94.0, 44: 96.0, 45: 90.0})
+    theirs = result("fgd", {42: 94.0, 43: 94.0, 44: 97.0, 46: 10.0})
+    # 42 more, 43 a tie, 44 less; 45 and 46 ran under one policy only.
+    assert paired_wins(mine, theirs, "alloc_at_100") == (1, 1, 3)
+    assert "gpuwise allocates more / less than fgd on 1 / 1 of 3 seeds at 100 % arrived" in table(
+        [theirs, mine], "t.csv"
+    )
 
 
 def test_all_policies_with_repack_print_a_table_a_plot_and_the_source(
@@ -58,6 +165,7 @@ def test_all_policies_with_repack_print_a_table_a_plot_and_the_source(
     for label in ("random", "bestfit", "fgd", "gpuwise", "gpuwise --repack", "fgd --repack"):
         assert f"\n{label} " in out
     assert "allocated % of capacity" in out and "legend: R random" in out
+    assert "paired by seed (same arrivals): gpuwise allocates more / less than fgd on" in out
     assert "Alibaba clusterdata cluster-trace-gpu-v2023 (CC BY 4.0)" in out
 
 

@@ -58,19 +58,39 @@ class PolicyResult:
         return tuple(float(v) for v in np.mean([seed.curve for seed in self.seeds], axis=0))
 
     def to_json(self) -> dict[str, Any]:
+        """The documented keys are means over seeds: ``alloc_at_100``/``alloc_at_130`` (allocated
+        GPU as % of capacity at 100 %/130 % arrived), ``frag_at_100`` (FGD fragmentation as % of
+        capacity at 100 % arrived), ``migrations`` (pods moved per seed) and ``seconds`` (per seed);
+        ``seeds`` is how many. ``per_seed`` holds each seed's own figures, for paired comparisons."""
         return {
             "policy": self.policy,
             "seeds": len(self.seeds),
-            "alloc_at_100": round(self.mean("alloc_at_100"), 3),
-            "alloc_at_130": round(self.mean("alloc_at_130"), 3),
-            "frag_at_100": round(self.mean("frag_at_100"), 3),
-            "migrations": round(self.mean("migrations"), 1),
-            "seconds": round(self.mean("seconds"), 2),
+            **{field: round(self.mean(field), digits) for field, digits in SUMMARY_FIELDS.items()},
             "repack": bool(self.max_migrations),
             "max_migrations": self.max_migrations,
             "alloc_at_100_stdev": round(self.stdev("alloc_at_100"), 3),
             "alloc_at_130_stdev": round(self.stdev("alloc_at_130"), 3),
+            "per_seed": [
+                {
+                    "seed": seed.seed,
+                    **{field: round(getattr(seed, field), SUMMARY_FIELDS[field]) for field in SUMMARY_FIELDS},
+                }
+                for seed in self.seeds
+            ],
         }
+
+
+SUMMARY_FIELDS = {"alloc_at_100": 3, "alloc_at_130": 3, "frag_at_100": 3, "migrations": 1, "seconds": 2}
+"""The per-seed figures a result summarizes, with the decimals JSON keeps of each."""
+
+
+def paired_wins(result: PolicyResult, other: PolicyResult, field: str) -> tuple[int, int, int]:
+    """On how many of the seeds both ran ``result`` has a higher ``field`` than ``other``, on how
+    many a lower one, and how many seeds they share: the same seed gives both the same arrival
+    order, so seeds pair up."""
+    theirs = {seed.seed: getattr(seed, field) for seed in other.seeds}
+    shared = [(getattr(seed, field), theirs[seed.seed]) for seed in result.seeds if seed.seed in theirs]
+    return sum(mine > their for mine, their in shared), sum(mine < their for mine, their in shared), len(shared)
 
 
 def run_seed(nodes: Nodes, pods: Pods, policy: str, seed: int, *, max_migrations: int = 0) -> SeedResult:

@@ -6,6 +6,15 @@
 
 ``--policy all`` runs every policy. With ``--repack`` each policy runs twice, without and with
 migrations, so the gain and the number of pods moved show side by side.
+
+``--json`` prints one object for one policy without ``--repack``, and a list of such objects, one
+per policy and variant in the order they ran, otherwise. Each object has ``policy``, ``seeds`` (how
+many), ``alloc_at_100`` and ``alloc_at_130`` (allocated GPU as % of cluster capacity when the
+arrived GPU request is 100 % and 130 % of it), ``frag_at_100`` (FGD's fragmentation as % of
+capacity at 100 % arrived), ``migrations`` (pods moved per seed; 0 without repacking) and
+``seconds`` (per seed), all means over the seeds; and ``repack``, ``max_migrations``, the standard
+deviations ``alloc_at_100_stdev``/``alloc_at_130_stdev``, ``per_seed`` (each seed's own figures,
+for paired comparisons: a seed gives every policy the same arrivals), ``trace`` and ``source``.
 """
 
 from __future__ import annotations
@@ -54,7 +63,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"pods one admission may move with --repack (default {DEFAULT_MIGRATIONS})",
     )
     packing.add_argument("--jobs", type=_positive, default=1, help="seeds run in parallel (default 1)")
-    packing.add_argument("--json", action="store_true", help="print JSON instead of a table and a plot")
+    packing.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of a table and a plot: one object for one policy without --repack, else a list "
+        "of objects (one per policy and variant); each has policy, seeds, alloc_at_100, alloc_at_130, frag_at_100, "
+        "migrations and seconds (means per seed), their stdevs and per_seed",
+    )
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuwise.simulate.experiment import CURVE_POINTS, PolicyResult
+from gpuwise.simulate.experiment import CURVE_POINTS, PolicyResult, paired_wins
 from gpuwise.simulate.trace import SOURCE
 
 MARKERS = "RBFG*+ox"
@@ -23,13 +23,26 @@ def table(results: Sequence[PolicyResult], trace: str) -> str:
             f"{result.mean('alloc_at_130'):>6.2f} ±{result.stdev('alloc_at_130'):4.2f} "
             f"{result.mean('frag_at_100'):>10.2f} {result.mean('migrations'):>10.1f} {result.mean('seconds'):>7.1f}"
         )
+    lines += ["", *_paired(results)]
     lines += [
-        "",
         "alloc: allocated GPU as % of cluster capacity when the arrived GPU demand is 100 % / 130 % of it",
         "(mean ± stdev over seeds); frag: FGD fragmentation as % of capacity at 100 % arrived.",
         f"Data: {SOURCE}.",
     ]
     return "\n".join(lines)
+
+
+def _paired(results: Sequence[PolicyResult], challenger: str = "gpuwise", reference: str = "fgd") -> list[str]:
+    """Per seed, how often ``challenger`` allocates more than ``reference`` (without repacking)."""
+    by_policy = {result.policy: result for result in results if not result.max_migrations}
+    if challenger not in by_policy or reference not in by_policy:
+        return []
+    wins = [paired_wins(by_policy[challenger], by_policy[reference], f"alloc_at_{at}") for at in (100, 130)]
+    (more_100, less_100, seeds), (more_130, less_130, _) = wins
+    return [
+        f"paired by seed (same arrivals): {challenger} allocates more / less than {reference} on "
+        f"{more_100} / {less_100} of {seeds} seeds at 100 % arrived, {more_130} / {less_130} at 130 %."
+    ]
 
 
 def plot(results: Sequence[PolicyResult], width: int = 66, height: int = 16, low: float = 80.0) -> str:
