@@ -147,25 +147,25 @@ class FakeNvml:
         return self._check("nvmlDeviceGetMinorNumber", handle).index
 
     # --- MIG -----------------------------------------------------------------------------------
-    def nvmlDeviceGetMigMode(self, handle: Handle) -> list[int]:
-        gpu = self._check("nvmlDeviceGetMigMode", handle)
+    def nvmlDeviceGetMigMode(self, device: Handle) -> list[int]:
+        gpu = self._check("nvmlDeviceGetMigMode", device)
         if not gpu.mig_capable:
             raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         mode = pynvml.NVML_DEVICE_MIG_ENABLE if gpu.instances is not None else pynvml.NVML_DEVICE_MIG_DISABLE
         return [mode, mode]
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Handle) -> int:
         return 7
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, slot: int) -> Handle:
-        gpu = self._check("nvmlDeviceGetMigDeviceHandleByIndex", handle)
-        if gpu.instances is None or slot >= len(gpu.instances):
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Handle, index: int) -> Handle:
+        gpu = self._check("nvmlDeviceGetMigDeviceHandleByIndex", device)
+        if gpu.instances is None or index >= len(gpu.instances):
             raise NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-        return Handle(gpu, gpu.instances[slot])
+        return Handle(gpu, gpu.instances[index])
 
-    def nvmlDeviceGetGpuInstanceId(self, handle: Handle) -> int:
-        assert handle.instance is not None
-        return handle.instance.gi
+    def nvmlDeviceGetGpuInstanceId(self, device: Handle) -> int:
+        assert device.instance is not None
+        return device.instance.gi
 
     # --- readings ------------------------------------------------------------------------------
     def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> SimpleNamespace:
@@ -195,9 +195,9 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, handle: Handle, sensor: int) -> int:
         return self._check("nvmlDeviceGetTemperature", handle).temp_c
 
-    def nvmlDeviceGetClockInfo(self, handle: Handle, clock: int) -> int:
+    def nvmlDeviceGetClockInfo(self, handle: Handle, type: int) -> int:
         gpu = self._check("nvmlDeviceGetClockInfo", handle)
-        return gpu.sm_mhz if clock == pynvml.NVML_CLOCK_SM else gpu.mem_mhz
+        return gpu.sm_mhz if type == pynvml.NVML_CLOCK_SM else gpu.mem_mhz
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Handle) -> int:
         return self._check("nvmlDeviceGetCurrentClocksEventReasons", handle).clock_events
@@ -205,8 +205,8 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Handle) -> int:
         return self._check("nvmlDeviceGetCurrentClocksThrottleReasons", handle).clock_events
 
-    def nvmlDeviceGetPcieThroughput(self, handle: Handle, counter: int) -> int:
-        gpu = self._check("nvmlDeviceGetPcieThroughput", handle)
+    def nvmlDeviceGetPcieThroughput(self, device: Handle, counter: int) -> int:
+        gpu = self._check("nvmlDeviceGetPcieThroughput", device)
         return gpu.pcie_kib[0] if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else gpu.pcie_kib[1]
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: Handle) -> int:
@@ -216,55 +216,57 @@ class FakeNvml:
         gpu = self._check("nvmlDeviceGetComputeRunningProcesses", handle)
         return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=gi) for pid, used, gi in gpu.processes]
 
-    def nvmlDeviceGetProcessUtilization(self, handle: Handle, since: int) -> list[SimpleNamespace]:
+    def nvmlDeviceGetProcessUtilization(self, handle: Handle, timeStamp: int) -> list[SimpleNamespace]:
         gpu = self._check("nvmlDeviceGetProcessUtilization", handle)
-        samples = [SimpleNamespace(pid=pid, smUtil=sm, timeStamp=ts) for pid, sm, ts in gpu.process_util if ts > since]
+        samples = [
+            SimpleNamespace(pid=pid, smUtil=sm, timeStamp=ts) for pid, sm, ts in gpu.process_util if ts > timeStamp
+        ]
         if not samples:
             raise NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return samples
 
     # --- GPM -----------------------------------------------------------------------------------
-    def nvmlGpmQueryDeviceSupport(self, handle: Handle) -> SimpleNamespace:
-        gpu = self._check("nvmlGpmQueryDeviceSupport", handle)
+    def nvmlGpmQueryDeviceSupport(self, device: Handle) -> SimpleNamespace:
+        gpu = self._check("nvmlGpmQueryDeviceSupport", device)
         return SimpleNamespace(isSupportedDevice=int(gpu.gpm is not None))
 
     def nvmlGpmSampleAlloc(self) -> SimpleNamespace:
         return SimpleNamespace(values=None)
 
-    def nvmlGpmSampleFree(self, sample: SimpleNamespace) -> None:
+    def nvmlGpmSampleFree(self, gpmSample: SimpleNamespace) -> None:
         pass
 
-    def nvmlGpmSampleGet(self, handle: Handle, sample: SimpleNamespace) -> SimpleNamespace:
-        gpu = self._check("nvmlGpmSampleGet", handle)
-        sample.values = dict(gpu.gpm or {})
-        return sample
+    def nvmlGpmSampleGet(self, device: Handle, gpmSample: SimpleNamespace) -> SimpleNamespace:
+        gpu = self._check("nvmlGpmSampleGet", device)
+        gpmSample.values = dict(gpu.gpm or {})
+        return gpmSample
 
-    def nvmlGpmMigSampleGet(self, handle: Handle, gi: int, sample: SimpleNamespace) -> SimpleNamespace:
-        gpu = self._check("nvmlGpmMigSampleGet", handle)
-        instance = next(i for i in gpu.instances or [] if i.gi == gi)
-        sample.values = dict(instance.gpm)
-        return sample
+    def nvmlGpmMigSampleGet(self, device: Handle, gpuInstanceId: int, gpmSample: SimpleNamespace) -> SimpleNamespace:
+        gpu = self._check("nvmlGpmMigSampleGet", device)
+        instance = next(i for i in gpu.instances or [] if i.gi == gpuInstanceId)
+        gpmSample.values = dict(instance.gpm)
+        return gpmSample
 
-    def nvmlGpmMetricsGet(self, request: _Request) -> _Request:
-        for slot in range(request.numMetrics):
-            entry = request.metrics[slot]
-            value = request.sample2.values.get(entry.metricId)
+    def nvmlGpmMetricsGet(self, metricsGet: _Request) -> _Request:
+        for slot in range(metricsGet.numMetrics):
+            entry = metricsGet.metrics[slot]
+            value = metricsGet.sample2.values.get(entry.metricId)
             entry.nvmlReturn, entry.value = (pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0) if value is None else (0, value)
-        return request
+        return metricsGet
 
     # --- events --------------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> object:
         return object()
 
-    def nvmlDeviceRegisterEvents(self, handle: Handle, types: int, event_set: object) -> None:
+    def nvmlDeviceRegisterEvents(self, handle: Handle, eventTypes: int, eventSet: object) -> None:
         if not handle.gpu.xid_supported:
             raise NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
-    def nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> SimpleNamespace:
+    def nvmlEventSetWait_v2(self, eventSet: object, timeoutms: int) -> SimpleNamespace:
         try:
-            return self.events.get(timeout=min(timeout_ms, 50) / 1000)
+            return self.events.get(timeout=min(timeoutms, 50) / 1000)
         except queue.Empty:
             raise NVMLError(pynvml.NVML_ERROR_TIMEOUT) from None
 
-    def nvmlEventSetFree(self, event_set: object) -> None:
+    def nvmlEventSetFree(self, eventSet: object) -> None:
         pass
