@@ -90,6 +90,20 @@ def test_a_healthy_gpu_in_dcgm_names_units_and_labels(harness_for) -> None:
     assert "simulated" not in gpu.labels
 
 
+def test_one_series_per_process_with_its_newest_utilization(harness_for) -> None:
+    """NVML's buffer can hold several samples of one process since the last read: the newest wins."""
+    gpu = FakeGpu(0, processes=[(7, 2**30, None)], process_util=[(7, 30, 200), (8, 10, 150), (7, 90, 100)])
+    h = harness_for(gpu)
+    series = h.sample()
+    assert [(s.labels["pid"], s.value) for s in select(series, "gpuwise_process_sm_utilization_ratio")] == [
+        ("7", 0.3),
+        ("8", 0.1),
+    ]
+    gpu.process_util += [(8, 40, 300), (8, 20, 250)]
+    series = h.sample()  # only samples newer than those already read
+    assert [(s.labels["pid"], s.value) for s in select(series, "gpuwise_process_sm_utilization_ratio")] == [("8", 0.4)]
+
+
 def test_unsupported_readings_are_absent_and_counted(harness_for) -> None:
     h = harness_for(
         FakeGpu(0, unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceGetMemoryInfo_v2"}, mig_capable=False)

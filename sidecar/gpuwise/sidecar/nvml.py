@@ -237,9 +237,16 @@ class NvmlBackend:
             if nvml_errors.reason(nvml, exc) != backend.NOT_FOUND:  # NOT_FOUND: no process ran since
                 self._failed(builder, (catalog.PROCESS_SM_UTIL,), gpu.device, exc)
             return
+        # NVML returns every sample in its buffer newer than the last one read: a process can have
+        # several. One series per pid, with its newest sample.
+        newest: dict[int, Any] = {}
         for entry in samples:
             gpu.utilization_seen = max(gpu.utilization_seen, int(entry.timeStamp))
-            builder.add(catalog.PROCESS_SM_UTIL, gpu.device, entry.smUtil / 100.0, pid=str(entry.pid))
+            kept = newest.get(entry.pid)
+            if kept is None or int(entry.timeStamp) > int(kept.timeStamp):
+                newest[entry.pid] = entry
+        for pid, entry in newest.items():
+            builder.add(catalog.PROCESS_SM_UTIL, gpu.device, entry.smUtil / 100.0, pid=str(pid))
 
     def _sample_gpm(
         self, builder: SampleBuilder, device: Device, gpm: GpmReader | None, now: float, missing: str
