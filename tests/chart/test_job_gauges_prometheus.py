@@ -1,9 +1,10 @@
-"""The operator's gpuwise_job_* gauges through a real Prometheus: panels, the finding alert, removal.
+"""The operator's gpuwise_job_* gauges and action counts through a real Prometheus: panels, the
+finding alert, removal.
 
-A prometheus-client HTTP server exposes a `JobGauges` collector the way the operator's /metrics
-does; Prometheus scrapes it as job `gpuwise-operator` with the operator pod's own namespace and pod
-as target labels, honouring the exposed `namespace` (the TrainingJob's, not the operator's), and
-loads the chart's rules.
+A prometheus-client HTTP server exposes a `JobGauges` and an `ActionTransitions` collector the way
+the operator's /metrics does; Prometheus scrapes it as job `gpuwise-operator` with the operator
+pod's own namespace and pod as target labels, honouring the exposed `namespace` (the
+TrainingJob's, not the operator's), and loads the chart's rules.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gpuwise.metrics import catalog
 from gpuwise.observability import DASHBOARDS
 from gpuwise.observability.promql import OPERATOR_JOB
 from gpuwise.operator.evaluate import efficiency_status
-from gpuwise.operator.metrics import JobGauges
+from gpuwise.operator.metrics import ActionTransitions, JobGauges
 from tests.chart.support import CHART
 from tests.support.prometheus import Prometheus, running
 from tests.support.waiting import eventually, free_port
@@ -35,6 +36,7 @@ pytestmark = [
 
 JOB_METRICS = (catalog.JOB_FINDING, catalog.JOB_RECOMMENDATION, catalog.JOB_GPU_UTIL, catalog.JOB_DATA_WAIT)
 VARIABLES = {"$namespace": "team", "$trainingjob": "bert", "$__rate_interval": "20s"}
+ACTIONS = ActionTransitions()
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,7 @@ def operator() -> Iterator[tuple[JobGauges, Prometheus]]:
     jobs = JobGauges()
     registry = CollectorRegistry()
     registry.register(jobs)
+    registry.register(ACTIONS)
     port = free_port()
     http, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     config = {
@@ -100,3 +103,24 @@ def test_findings_reach_the_panels_fire_the_alert_and_go_when_the_job_does(
     jobs.forget("team", "bert")  # the job stopped running: its series end at the next scrape
     eventually(lambda: not server.query(catalog.JOB_FINDING.name), timeout=30, interval=1, what="stale findings")
     eventually(lambda: not server.query('ALERTS{alertname="GpuwiseJobFinding"}'), timeout=30, interval=1)
+
+
+def test_actions_taken_reach_the_cluster_overview(operator: tuple[JobGauges, Prometheus]) -> None:
+    _, server = operator
+    panels = [(p.title, t.expr) for p, t in DASHBOARDS[0].targets() if catalog.ACTION_TRANSITIONS.name in t.expr]
+    assert [title for title, _ in panels] == ["Actions taken"]
+    expr = fill(panels[0][1].replace("$__range", "15s"))  # the dashboard's time range: the last 15 s
+
+    def shown() -> dict[tuple[str, str], str]:
+        return {(r["metric"]["action"], r["metric"]["state"]): r["value"][1] for r in server.query(expr)}
+
+    for state in ("Planned", "WaitingForCheckpoint", "Applying"):
+        ACTIONS.count("team", "bert", "AdjustConfig", state)
+    born = {("AdjustConfig", state): "1" for state in ("Planned", "WaitingForCheckpoint", "Applying")}
+    eventually(lambda: shown() == born, timeout=30, interval=1, what=f"actions taken: {shown()}")
+    eventually(lambda: shown() == {}, timeout=30, interval=1, what="the range to move past them")
+    # One series counts on (a rollback re-enters Applying), one is new.
+    ACTIONS.count("team", "bert", "AdjustConfig", "Applying")
+    ACTIONS.count("team", "bert", "AdjustConfig", "RolledBack")
+    later = {("AdjustConfig", "Applying"): "1", ("AdjustConfig", "RolledBack"): "1"}
+    eventually(lambda: shown() == later, timeout=10, interval=0.5, what=f"actions taken: {shown()}")

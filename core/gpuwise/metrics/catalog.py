@@ -320,5 +320,17 @@ JOB_GPU_UTIL_THRESHOLD: Final = Metric(
     Scope.TRAININGJOB,
 )
 
+# The actions the operator takes (Enforce mode): counted at every transition of an action's record,
+# the moment its Event is posted (gpuwise.act.runner).
+ACTION_TRANSITIONS: Final = Metric(
+    "gpuwise_action_transitions_total",
+    _C,
+    "1",
+    "Transitions of the actions the operator took on a TrainingJob, by action kind and the state "
+    "entered (Planned, WaitingForCheckpoint, Applying, Verifying, Done, RolledBack, Failed, DryRun).",
+    Scope.TRAININGJOB,
+    ("action", "state"),
+)
+
 CATALOG: Final[tuple[Metric, ...]] = tuple(value for value in list(globals().values()) if isinstance(value, Metric))
 BY_NAME: Final[Mapping[str, Metric]] = MappingProxyType({metric.name: metric for metric in CATALOG})

@@ -3,8 +3,8 @@
 Two dashboards ship with the chart, as ConfigMaps the Grafana sidecar picks up:
 
 * **gpuwise / Cluster overview**: GPUs in training pods, how busy they are, GPU-hours allocated
-  against used, the jobs that waste the most, the operator's findings and recommended actions, and
-  the health of the exporters.
+  against used, the jobs that waste the most, the operator's findings, recommended actions and
+  actions taken, and the health of the exporters.
 * **gpuwise / Training job**: one TrainingJob's workers: utilization, SM and tensor activity,
   memory, power, step time, throughput, time waiting for input, the input pipeline's settings, and
   what the operator finds and recommends (the `gpuwise_job_*` gauges of its /metrics).
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpuwise.metrics import Metric, catalog
-from gpuwise.observability.promql import DEVICE_IDENTITY, SIDECAR_JOB, rate, sel, with_trainingjob
+from gpuwise.observability.promql import DEVICE_IDENTITY, SIDECAR_JOB, increase, rate, sel, with_trainingjob
 
 PanelKind = Literal["timeseries", "stat", "table", "text"]
 DATASOURCE: Final = {"type": "prometheus", "uid": "${datasource}"}
@@ -251,6 +251,17 @@ def _wait_share(by: str, *matchers: str) -> str:
     return f"sum by ({by}) ({wait}) / sum by ({by}) ({step})" if by else f"sum({wait}) / sum({step})"
 
 
+def _counted(metric: Metric, window: str, *matchers: str) -> str:
+    """Per series, how much a counter counted in `window`, a series born in it counted from zero.
+
+    A labelled counter appears at its first count, already at 1, and `increase()` sees only what
+    comes after its first sample: a series that did not exist at the window's start is taken at its
+    highest value instead.
+    """
+    series = sel(metric, *matchers)
+    return f"({increase(metric, window, *matchers)} and {series} offset {window}) or max_over_time({series}[{window}])"
+
+
 def cluster_overview() -> Dashboard:
     idle = f"max_over_time({sel(catalog.GPU_UTIL, NS)}[10m])"
     waste = with_trainingjob(f"(100 - {sel(catalog.GPU_UTIL, NS)}) / 100", NS)
@@ -398,8 +409,22 @@ def cluster_overview() -> Dashboard:
                 "Jobs with a finding, by kind",
                 "timeseries",
                 (Target(f"count by (kind) ({sel(catalog.JOB_FINDING, NS)})", legend="{{kind}}", quiet=True),),
-                width=24,
                 description="How many running TrainingJobs each kind of finding holds on, over time.",
+            ),
+            Panel(
+                "Actions taken",
+                "table",
+                (
+                    Target(
+                        "round(sum by (namespace, trainingjob, action, state) "
+                        f"({_counted(catalog.ACTION_TRANSITIONS, '$__range', NS)})) > 0",
+                        instant=True,
+                        quiet=True,
+                    ),
+                ),
+                description="Enforce mode: how many actions entered each state (Planned, WaitingForCheckpoint, "
+                "Applying, Verifying, Done, RolledBack, Failed; DryRun in dry-run mode) over the time range. "
+                "The job's status.actions and Events tell each one's story.",
             ),
         ),
     )

@@ -49,6 +49,7 @@ from gpuwise.api.trainingjob import (
     Recommendation,
 )
 from gpuwise.operator.kube import Kube
+from gpuwise.operator.metrics import ACTIONS
 from gpuwise.operator.reconcile import TERMINAL_PHASES, as_body, follow_mutable_fields, parse_spec
 
 JsonDict = dict[str, Any]
@@ -380,4 +381,5 @@ class Runner:
     def _event(self, job: JobView, record: ActionRecord) -> None:
         post = kopf.warn if record.state in WARNING_STATES or record.reason == "Worse" else kopf.info
         message = f"{record.action.value} {record.id} {record.state.value}: {record.message}"
+        ACTIONS.count(job.namespace, job.name, record.action.value, record.state.value)  # the actions-taken panel
         post(as_body(dict(job.body)), reason=record.reason, message=message)

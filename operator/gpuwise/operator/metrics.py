@@ -8,9 +8,10 @@ Two honest counters, both measured where the work happens without touching the h
 * `gpuwise_operator_api_requests_total{verb, outcome}`: the API calls the operator makes itself
   (creating Jobs and Services, patching status), with `outcome="error"` when the API server refused.
 
-Plus the prometheus-client process metrics (memory, CPU, open files) of the operator process, and
-the per-TrainingJob gauges of the metric catalog's `trainingjob` scope (`JobGauges`): what the
-latest evaluation of each running job found, for alerts and dashboards.
+Plus the prometheus-client process metrics (memory, CPU, open files) of the operator process, the
+per-TrainingJob gauges of the metric catalog's `trainingjob` scope (`JobGauges`): what the
+latest evaluation of each running job found, for alerts and dashboards; and the actions taken
+(`ActionTransitions`), counted where the action runner posts each transition's Event.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuwise.metrics import Metric, catalog
@@ -129,6 +130,54 @@ class JobGauges(Collector):
 
 JOBS: Final = JobGauges()
 REGISTRY.register(JOBS)
+
+# How long a job's action counts outlive its latest transition (a deleted job's go then too).
+ACTION_SERIES_RETENTION_SECONDS: Final = 7 * 24 * 3600.0
+
+
+class ActionTransitions(Collector):
+    """`gpuwise_action_transitions_total{namespace, trainingjob, action, state}`.
+
+    One count per transition of an action record (each one the runner posts an Event for), by the
+    state it entered. A job's series end `retention` seconds after its latest transition, so a
+    long-running operator does not keep the series of every job it ever acted on; should the job
+    act again, its series start anew from zero, as after an operator restart.
+    """
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, retention: float = ACTION_SERIES_RETENTION_SECONDS
+    ) -> None:
+        self._clock = clock
+        self._retention = retention
+        self._lock = threading.Lock()
+        # job -> (time of its latest transition, (action, state) -> count)
+        self._jobs: dict[tuple[str, str], tuple[float, dict[tuple[str, str], int]]] = {}
+
+    def count(self, namespace: str, name: str, action: str, state: str) -> None:
+        with self._lock:
+            counts = self._current().get((namespace, name), (0.0, {}))[1]
+            counts[action, state] = counts.get((action, state), 0) + 1
+            self._jobs[namespace, name] = (self._clock(), counts)
+
+    def _current(self) -> dict[tuple[str, str], tuple[float, dict[tuple[str, str], int]]]:
+        since = self._clock() - self._retention
+        for key in [key for key, (latest, _) in self._jobs.items() if latest <= since]:
+            del self._jobs[key]
+        return self._jobs
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        metric = catalog.ACTION_TRANSITIONS
+        family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        with self._lock:
+            shown = sorted((job, sorted(counts.items())) for job, (_, counts) in self._current().items())
+        for (namespace, name), counts in shown:
+            for (action, state), n in counts:
+                family.add_metric([namespace, name, action, state], n)
+        yield family
+
+
+ACTIONS: Final = ActionTransitions()
+REGISTRY.register(ACTIONS)
 
 # kopf: "Handler 'reconcile' succeeded." / "Timer 'resync' failed with an exception. Will retry."
 _OUTCOME: Final = re.compile(r"^(?:Handler|Timer|Daemon|Webhook) '(?P<id>[^']+)' (?P<verb>succeeded|failed)\b")
