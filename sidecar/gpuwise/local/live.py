@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Final
 
@@ -22,7 +21,7 @@ def view(sidecar: Sidecar, recorder: Recorder, title: str, note: str) -> Callabl
     """A renderable factory for rich's Live: each refresh reads the sidecar's current state."""
 
     def render() -> RenderableType:
-        now = time.monotonic() - recorder.started
+        now = recorder.elapsed()
         recent = [r for r in recorder.steps() if r.t >= now - RECENT_SECONDS]
         steps = sum(r.count for r in recent)
         table = Table.grid(padding=(0, 2))
