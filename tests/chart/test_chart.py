@@ -224,6 +224,8 @@ def test_default_rbac_is_least_privilege() -> None:
     docs = render()
     assert grants(docs, "trainingjobs") == {"get", "list", "watch", "patch"}
     assert grants(docs, "trainingjobs/status") == {"patch"}
+    # Owner references with blockOwnerDeletion (OwnerReferencesPermissionEnforcement admission).
+    assert grants(docs, "trainingjobs/finalizers") == {"update"}
     assert grants(docs, "jobs") == {"create", "get", "list", "watch", "patch"}
     assert grants(docs, "services") == {"create", "get", "list", "watch"}
     assert grants(docs, "pods") == {"get", "list", "watch"}
@@ -313,6 +315,7 @@ def test_named_namespaces_get_roles_not_cluster_wide_access() -> None:
     assert resources == {"customresourcedefinitions", "nodes", "pods", "pods/eviction", "poddisruptionbudgets"}
     roles = find(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert grants(docs, "trainingjobs/finalizers", "Role") == {"update"}
     bindings = find(docs, "RoleBinding")
     assert all(b["subjects"][0]["namespace"] == NAMESPACE for b in bindings)
     # Globs cannot be Roles: cluster-wide permissions, and kopf needs the namespace list.

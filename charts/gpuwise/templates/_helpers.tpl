@@ -157,6 +157,12 @@ actions:
 - apiGroups: [gpuwise.io]
   resources: [trainingjobs/status]
   verbs: [patch]
+# The Job and Service gpuwise creates are owned with blockOwnerDeletion: true, which the API
+# server's OwnerReferencesPermissionEnforcement admission (e.g. on OpenShift) allows only with
+# update on the owner's finalizers.
+- apiGroups: [gpuwise.io]
+  resources: [trainingjobs/finalizers]
+  verbs: [update]
 - apiGroups: [batch]
   resources: [jobs]
   {{- if .Values.actions.enforce }}
