@@ -26,6 +26,11 @@ class Activity:
     clock: float = 1.0  # SM clock as a share of its maximum (below 1: throttled)
     heat: float = 0.0  # extra degrees C above what power explains
     clock_events: int = 0  # NVML clock-event reasons bitmask (DCGM_FI_DEV_CLOCKS_EVENT_REASONS)
+    # Faults: the XID the driver reported last and how many of it so far, and the readings
+    # (catalog names) that fail this round (NVML timed out).
+    xid: int = 0
+    xid_count: int = 0
+    failing: tuple[str, ...] = ()
 
 
 def noise(*keys: int) -> float:
@@ -104,6 +109,27 @@ def throttled(t: float, gpu: int, gpus: int) -> Activity:
     return _jitter(hot, t, gpu, 0.02)
 
 
+# An application fault (graphics engine exception), not the hardware's: warning, not critical.
+FAULT_XID: Final = 13
+FAULT_EVERY_SECONDS: Final = 10
+# A reading that fails every third second: no dashboard or rule needs it to be there.
+FAULTY_READING: Final = "DCGM_FI_DEV_MEM_CLOCK"
+
+
+def faulty(t: float, gpu: int, gpus: int) -> Activity:
+    """Steady training on a GPU 0 with faults: an XID 13 every 10 s (from the start) and a memory
+    clock reading that times out every third second. For the exporter-health panels and alerts."""
+    if gpu != 0:
+        return steady(t, gpu, gpus)
+    tick = int(t)
+    return replace(
+        steady(t, gpu, gpus),
+        xid=FAULT_XID,
+        xid_count=tick // FAULT_EVERY_SECONDS + 1,
+        failing=(FAULTY_READING,) if tick % 3 == 0 else (),
+    )
+
+
 Scenario = Callable[[float, int, int], Activity]
 
 SCENARIOS: Final[dict[str, Scenario]] = {
@@ -114,4 +140,5 @@ SCENARIOS: Final[dict[str, Scenario]] = {
     "memory-light": memory_light,
     "straggler": straggler,
     "throttled": throttled,
+    "faulty": faulty,
 }

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gpuwise.metrics import BY_NAME, catalog
+from gpuwise.sidecar import backend
 from gpuwise.sidecar.backend import Device, Sample, SampleBuilder
 from gpuwise.sidecar.scenarios import SCENARIOS, Activity, noise
 from gpuwise.sidecar.trace import Trace
@@ -102,7 +103,9 @@ class SimulatedBackend:
             if self._trace is not None:
                 values = dict(self._trace.at(t, device.index))
             else:
-                values = self._values(self._play(t, device.index, len(self.devices)))
+                activity = self._play(t, device.index, len(self.devices))
+                values = self._values(activity)
+                self._faults(builder, device, activity, values)
             watts = values.get(catalog.POWER_USAGE.name)
             if watts is not None:
                 self._energy_mj[device.index] += watts * elapsed * 1000.0
@@ -110,6 +113,16 @@ class SimulatedBackend:
             for name, value in values.items():
                 builder.add(BY_NAME[name], device, value)
         return builder.build()
+
+    @staticmethod
+    def _faults(builder: SampleBuilder, device: Device, activity: Activity, values: dict[str, float]) -> None:
+        """What the `faulty` scenario reports: XID events, and readings that fail (left out, counted)."""
+        if activity.xid_count:
+            values[catalog.XID_LAST.name] = activity.xid
+            builder.add(catalog.XID_EVENTS, device, activity.xid_count, xid=str(activity.xid))
+        for name in activity.failing:
+            del values[name]
+            builder.fail(BY_NAME[name], device, backend.TIMEOUT)
 
     def _values(self, activity: Activity) -> dict[str, float]:
         model = self._model
