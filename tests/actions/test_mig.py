@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from gpuwise import wiring
 from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.mig import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
 from gpuwise.act.nodes import ANNOTATION_CORDONED_BY, held_by_budgets
@@ -26,6 +27,7 @@ from tests.actions.support import MigManager, budget, drive, job_view, mig_node,
 from tests.support.emulator import EmulatorThread
 
 GPU = {"nvidia.com/gpu": 1}
+JOB = "default/bert"  # the TrainingJob to move (support.job_view)
 H100 = gpu_model("H100-80GB")
 SETTINGS = ActionSettings.model_validate(
     {"nodes": {"drainTimeout": "0.6s", "mig": {"configTimeout": "0.6s", "configs": {"two-big": {"3g.40gb": 2}}}}}
@@ -67,13 +69,13 @@ def test_a_node_with_free_slices_needs_no_change() -> None:
         mig_node("b", config="all-3g.40gb", allocatable={"nvidia.com/mig-3g.40gb": "2"}),
     ]
     busy = pod("other", "b", gpus={"nvidia.com/mig-3g.40gb": 1})
-    assert choose(nodes, [busy], "3g.40gb", 1) == Choice("b", "all-3g.40gb", "all-3g.40gb")
+    assert choose(nodes, [busy], "3g.40gb", 1, job=JOB) == Choice("b", "all-3g.40gb", "all-3g.40gb")
 
 
 def test_the_choice_prefers_fewer_evictions_then_fewer_instance_changes() -> None:
     nodes = [mig_node("a", config="all-1g.10gb"), mig_node("b"), mig_node("c")]
-    pods = [pod("busy", "b", gpus=GPU), pod("own", "c", gpus=GPU)]
-    choice = choose(nodes, pods, "3g.40gb", 2, own_pods=frozenset({"default/own"}))
+    pods = [pod("busy", "b", gpus=GPU), pod("own", "c", gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "bert"})]
+    choice = choose(nodes, pods, "3g.40gb", 2, job=JOB)
     # a and c need no eviction (c's only pod is the job's own); c goes from no instances to two,
     # a would destroy seven first.
     assert (choice.node, choice.config, choice.previous, choice.evictions) == ("c", "all-3g.40gb", "all-disabled", ())
@@ -92,14 +94,33 @@ def test_nodes_that_cannot_serve_say_why() -> None:
     nodes.append(mig_node("small", product="NVIDIA-A100-SXM4-40GB"))
     pods = [pod("keep", "precious", gpus=GPU, do_not_disrupt=True)]
     with pytest.raises(NoMigNodeError) as caught:
-        choose(nodes, pods, "3g.40gb", 1)
+        choose(nodes, pods, "3g.40gb", 1, job=JOB)
     reasons = caught.value.reasons
     assert reasons["plain"] == "not opted in (label gpuwise.io/gpu-partitioning=mig)"
     assert "'all-1g.10gb' is pending" in reasons["busy-mig"] and "did not make" in reasons["busy-mig"]
     assert "is failed" in reasons["broken"]
-    assert reasons["precious"] == "default/keep must not be disrupted"
+    assert reasons["precious"] == "must not be disrupted: default/keep (annotated gpuwise.io/do-not-disrupt)"
     assert "A100-40GB has no MIG profile '3g.40gb'" in reasons["small"]
     assert reasons["kept"] == "annotated gpuwise.io/do-not-disrupt"
+
+
+def test_another_trainingjobs_worker_keeps_gpuwise_off_its_node() -> None:
+    """gpuwise restarts a TrainingJob only through its own checkpoint handshake, never as a side
+    effect of another job's action: a node that would have to evict one of its workers is out."""
+    gpt = {wiring.LABEL_TRAININGJOB: "gpt"}
+    nodes = [mig_node("a"), mig_node("b")]
+    pods = [pod("gpt-0", "a", gpus=GPU, labels=gpt), pod("serve", "b", gpus=GPU)]
+    choice = choose(nodes, pods, "3g.40gb", 1, job=JOB)
+    assert (choice.node, choice.evictions) == ("b", ("default/serve",)), "a would tie and sort first"
+    with pytest.raises(NoMigNodeError) as caught:
+        choose(nodes[:1], pods, "3g.40gb", 1, job=JOB)
+    assert caught.value.reasons["a"].startswith(
+        "must not be disrupted: default/gpt-0 (a worker of TrainingJob default/gpt"
+    )
+    # Free slices beside it evict nobody: the node serves.
+    sliced = mig_node("a", config="all-3g.40gb", allocatable={"nvidia.com/mig-3g.40gb": "2"})
+    beside = pod("gpt-0", "a", gpus={"nvidia.com/mig-3g.40gb": 1}, labels=gpt)
+    assert choose([sliced], [beside], "3g.40gb", 1, job=JOB).node == "a"
 
 
 def test_budgets_that_allow_no_disruption_keep_gpuwise_off_a_node() -> None:
@@ -118,11 +139,11 @@ def test_budgets_that_allow_no_disruption_keep_gpuwise_off_a_node() -> None:
     }
     nodes = [mig_node("gpu-1"), mig_node("gpu-2")]
     with pytest.raises(NoMigNodeError) as caught:
-        choose(nodes, pods, "3g.40gb", 1, held=held)
+        choose(nodes, pods, "3g.40gb", 1, job=JOB, held=held)
     assert caught.value.reasons["gpu-1"] == (
         "cannot be idled now: default/b (PodDisruptionBudget default/serving allows 1 disruption(s) now)"
     )
-    assert choose(nodes, pods[:2], "3g.40gb", 1, held={"default/b": "held"}).node == "gpu-2"
+    assert choose(nodes, pods[:2], "3g.40gb", 1, job=JOB, held={"default/b": "held"}).node == "gpu-2"
 
 
 def test_settings_name_what_to_fix() -> None:
@@ -163,6 +184,7 @@ async def test_repartition_idles_the_node_sets_the_config_and_uncordons(kube: Ku
     assert node["status"]["allocatable"]["nvidia.com/mig-3g.40gb"] == "2"
     assert await kube.get("v1", "Pod", "default", "other-job") is None  # evicted, not deleted by hand
     assert record.details["previousMigConfig"] == "all-disabled" and record.details["applied"] == "true"
+    assert record.details["evicted"] == "default/other-job"
 
 
 @pytest.mark.parametrize(("outcome", "reason"), [("fail", "MigConfigFailed"), ("hold", "MigConfigTimeout")])
@@ -208,9 +230,15 @@ async def test_a_blocked_eviction_changes_nothing_and_uncordons(kube: Kube, emul
         (
             mig_node("gpu-1"),
             [pod("keep", "gpu-1", gpus=GPU, do_not_disrupt=True)],
-            "default/keep must not be disrupted",
+            "must not be disrupted: default/keep (annotated gpuwise.io/do-not-disrupt)",
+        ),
+        (
+            mig_node("gpu-1"),
+            [pod("gpt-0", "gpu-1", gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "gpt"})],
+            "must not be disrupted: default/gpt-0 (a worker of TrainingJob default/gpt",
         ),
     ],
+    ids=["not-opted-in", "mig-change-in-flight", "do-not-disrupt", "another-trainingjob"],
 )
 async def test_no_action_where_gpuwise_must_not_act(
     kube: Kube, node: dict[str, Any], pods: list[dict[str, Any]], why: str
@@ -223,6 +251,28 @@ async def test_no_action_where_gpuwise_must_not_act(
     assert isinstance(failed, ActionFailed) and failed.reason == "NoMigNode" and why in failed.message
     after = await node_of(kube, "gpu-1")
     assert after["metadata"]["labels"] == node["metadata"]["labels"] and not after["spec"].get("unschedulable")
+
+
+async def test_a_trainingjob_that_lands_after_the_choice_stops_the_drain(kube: Kube, emulator: EmulatorThread) -> None:
+    """A worker of another TrainingJob scheduled on the node between the choice and the cordon:
+    nobody is evicted, no MIG change is asked for, and the action fails to roll back."""
+    await kube.create(mig_node("gpu-1"))
+    await kube.create(pod("serve", "gpu-1", gpus=GPU))
+    job = job_view()
+    ctx = ActContext(kube, SETTINGS, datetime.now(tz=UTC))
+    record = planned(job)
+    chosen = await MIG_REPARTITION.prepare(job, record, ctx)
+    assert chosen.details["node"] == "gpu-1" and "1 pod(s) to evict" in chosen.message
+    record = record.model_copy(update={"details": {**record.details, **chosen.details}})
+    await kube.create(pod("gpt-0", "gpu-1", gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "gpt"}))
+    with MigManager(str(emulator.kubeconfig)) as manager:
+        record, failed = await drive(MIG_REPARTITION, "prepare", job, record, kube=kube, settings=SETTINGS)
+        assert isinstance(failed, ActionFailed) and failed.reason == "DoNotDisrupt"
+        assert "default/gpt-0 must not be evicted: a worker of TrainingJob default/gpt" in failed.message
+        _, undone = await drive(MIG_REPARTITION, "undo", job, record, kube=kube, settings=SETTINGS)
+    assert isinstance(undone, Progress) and undone.ready and manager.seen == []
+    assert {p["metadata"]["name"] for p in await kube.list("v1", "Pod")} == {"serve", "gpt-0"}
+    assert not (await node_of(kube, "gpu-1"))["spec"].get("unschedulable")
 
 
 async def test_a_resumed_action_does_not_ask_again(kube: Kube, emulator: EmulatorThread) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gpuwise import wiring
 from gpuwise.act.nodes import (
     ANNOTATION_CORDONED_BY,
     Cordon,
@@ -19,6 +20,7 @@ from gpuwise.operator.kube import ApiError, Kube
 from tests.actions.support import budget, node, pod
 
 GPU = {"nvidia.com/gpu": 1}
+JOB = "default/bert"  # the TrainingJob whose action idles the node
 NOT_READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
 
 
@@ -85,7 +87,7 @@ async def test_eviction_takes_only_the_gpu_pods_of_the_node(kube: Kube) -> None:
     await kube.create(pod("done", "gpu-1", gpus=GPU, status={"phase": "Succeeded"}))  # holds nothing
     await kube.create(pod("elsewhere", "gpu-2", gpus=GPU))
 
-    drain = await evict_gpu_pods(kube, "gpu-1")
+    drain = await evict_gpu_pods(kube, "gpu-1", job=JOB)
 
     assert drain.idle and sorted(drain.evicted) == ["default/train", "team-b/slice"]
     assert await names(kube) == {"logger", "done", "elsewhere"}
@@ -97,7 +99,7 @@ async def test_a_disruption_budget_blocks_eviction_until_it_allows_one(kube: Kub
     await kube.create(pod("serve-b", "gpu-2", gpus=GPU, labels={"app": "serve"}))
 
     for _ in range(2):  # refused, and refused again on the next cycle's retry
-        drain = await evict_gpu_pods(kube, "gpu-1")
+        drain = await evict_gpu_pods(kube, "gpu-1", job=JOB)
         assert not drain.idle and drain.left == ("default/serve-a",) and not drain.evicted
     assert drain.blocked == {
         "default/serve-a": "The disruption budget serving needs 2 healthy pods and has 2 currently"
@@ -105,7 +107,7 @@ async def test_a_disruption_budget_blocks_eviction_until_it_allows_one(kube: Kub
     assert "default/serve-a is blocked: The disruption budget serving" in drain.explain()
     # A third replica makes room for one disruption: the retry goes through.
     await kube.create(pod("serve-c", "gpu-3", gpus=GPU, labels={"app": "serve"}))
-    drain = await evict_gpu_pods(kube, "gpu-1")
+    drain = await evict_gpu_pods(kube, "gpu-1", job=JOB)
     assert drain.idle and drain.evicted == ("default/serve-a",)
 
 
@@ -128,7 +130,7 @@ async def test_the_emulator_reads_budgets_as_the_api_server_does(
     )
     for name in ("a", "b"):
         await kube.create(pod(name, "gpu-1", gpus=GPU, labels={"app": "serve"}))
-    drain = await evict_gpu_pods(kube, "gpu-1")
+    drain = await evict_gpu_pods(kube, "gpu-1", job=JOB)
     assert len(drain.evicted) == evictable and len(drain.blocked) == 2 - evictable
 
 
@@ -136,8 +138,8 @@ async def test_the_emulator_evicts_an_unready_pod_while_the_budget_holds(kube: K
     await kube.create(budget("serving", {"matchLabels": {"app": "serve"}}, minAvailable=1))
     await kube.create(pod("broken", "gpu-1", gpus=GPU, labels={"app": "serve"}, status=NOT_READY))
     await kube.create(pod("healthy", "gpu-2", gpus=GPU, labels={"app": "serve"}))
-    assert (await evict_gpu_pods(kube, "gpu-1")).evicted == ("default/broken",)
-    assert (await evict_gpu_pods(kube, "gpu-2")).blocked  # the last healthy one stays
+    assert (await evict_gpu_pods(kube, "gpu-1", job=JOB)).evicted == ("default/broken",)
+    assert (await evict_gpu_pods(kube, "gpu-2", job=JOB)).blocked  # the last healthy one stays
 
 
 async def test_the_emulator_refuses_a_pod_under_two_budgets(kube: Kube) -> None:
@@ -149,10 +151,29 @@ async def test_the_emulator_refuses_a_pod_under_two_budgets(kube: Kube) -> None:
     assert refused.value.status == 500 and "more than one PodDisruptionBudget" in refused.value.message
 
 
-async def test_do_not_disrupt_pods_are_never_evicted(kube: Kube) -> None:
-    await kube.create(pod("precious", "gpu-1", gpus=GPU, do_not_disrupt=True))
+@pytest.mark.parametrize(
+    ("labels", "do_not_disrupt", "why"),
+    [
+        ({}, True, "annotated gpuwise.io/do-not-disrupt"),
+        ({wiring.LABEL_TRAININGJOB: "gpt"}, False, "a worker of TrainingJob default/gpt"),
+    ],
+    ids=["do-not-disrupt", "another-trainingjob"],
+)
+async def test_a_node_with_a_pod_never_evicted_is_not_drained_at_all(
+    kube: Kube, labels: dict[str, str], do_not_disrupt: bool, why: str
+) -> None:
+    await kube.create(pod("precious", "gpu-1", gpus=GPU, labels=labels, do_not_disrupt=do_not_disrupt))
     await kube.create(pod("other", "gpu-1", gpus=GPU))
-    drain = await evict_gpu_pods(kube, "gpu-1")
-    assert drain.protected == ("default/precious",) and drain.left == ("default/precious",)
-    assert "annotated gpuwise.io/do-not-disrupt" in drain.explain()
-    assert await names(kube, "gpu-1") == {"precious"}
+    drain = await evict_gpu_pods(kube, "gpu-1", job=JOB)
+    assert list(drain.protected) == ["default/precious"] and why in drain.protected["default/precious"]
+    assert not drain.evicted and drain.left == ("default/other", "default/precious")
+    assert f"default/precious must not be evicted: {why}" in drain.explain()
+    assert await names(kube, "gpu-1") == {"precious", "other"}, "nobody evicted from a node that cannot be idled"
+
+
+async def test_the_jobs_own_workers_may_be_evicted(kube: Kube) -> None:
+    await kube.create(pod("bert-0", "gpu-1", gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "bert"}))
+    await kube.create(pod("gpt-0", "gpu-2", gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "gpt"}, namespace="team-b"))
+    assert (await evict_gpu_pods(kube, "gpu-1", job=JOB)).evicted == ("default/bert-0",)
+    # The same name in another namespace is another TrainingJob.
+    assert (await evict_gpu_pods(kube, "gpu-2", job="default/gpt")).protected

@@ -44,7 +44,7 @@ def share(name: str, on: str, count: int = 1) -> dict[str, Any]:
 
 
 def view(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Any:
-    return cluster_view(nodes, pods, SLICING, own_pods=frozenset(), extra_shapes=[(4000, 16384, 1, 250)])
+    return cluster_view(nodes, pods, SLICING, job="default/bert", extra_shapes=[(4000, 16384, 1, 250)])
 
 
 def request_for(cluster: Any) -> PodRequest:

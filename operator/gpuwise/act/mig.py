@@ -13,7 +13,8 @@ resumes where it was without repeating one:
    needs no change at all; otherwise a config MIG Manager knows by name that offers them, on the
    node that needs the fewest evictions and instance changes (geometries from the MIG planner);
 2. cordon the node and evict its GPU pods (MIG Manager recreates every instance of a GPU whose
-   config changes, and does not move pods itself), for at most `drainTimeout`;
+   config changes, and does not move pods itself), for at most `drainTimeout`; a node with a
+   worker of another TrainingJob or a do-not-disrupt pod on it is never chosen (nor drained);
 3. set the config label (removing the stale state label, so an old `success` is never mistaken
    for the new one's), and follow the state to `success` within `mig.configTimeout`;
 4. uncordon. The runner then restarts the job requesting `nvidia.com/mig-<profile>`.
@@ -134,15 +135,18 @@ def choose(
     profile: str,
     count: int,
     *,
-    own_pods: frozenset[str] = frozenset(),
+    job: str,
     held: Mapping[str, str] | None = None,
     extra_configs: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Choice:
     """The node and config that give `count` free `profile` slices with the least disruption.
 
-    A pure function of the nodes and their pods. `own_pods` ("namespace/name") are the job's own,
-    which the restart stops anyway; `held` are pods a disruption budget keeps now (with why): a
-    node that would have to evict one is out. Raises :class:`NoMigNodeError` saying why each node is out.
+    A pure function of the nodes and their pods. `job` ("namespace/name") is the TrainingJob to
+    move, whose pods the restart stops anyway; a node that would have to evict a pod that must
+    never be evicted (another TrainingJob's worker, a do-not-disrupt pod: see
+    :func:`nodes.never_evicted`) is out, and so is one that would have to evict a pod a
+    disruption budget keeps now (`held`, with why). Raises :class:`NoMigNodeError` saying why
+    each node is out.
     """
     reasons: dict[str, str] = {}
     options: list[tuple[tuple[int, int, int, str], Choice]] = []
@@ -151,7 +155,7 @@ def choose(
         name = node["metadata"]["name"]
         labels = _labels(node)
         on_node = [p for p in pods if (p.get("spec") or {}).get("nodeName") == name]
-        others = [p for p in on_node if nodes.pod_ref(dict(p)) not in own_pods]
+        others = [p for p in on_node if nodes.trainingjob_of(dict(p)) != job]
         if labels.get(LABEL_PARTITIONING) != PARTITIONING_MIG:
             reasons[name] = f"not opted in (label {LABEL_PARTITIONING}={PARTITIONING_MIG})"
             continue
@@ -186,11 +190,13 @@ def choose(
             reasons[name] = f"no known MIG config offers {count} x {profile} on its {gpus} {model.name} GPU(s)"
             continue
         evict = tuple(sorted(nodes.pod_ref(dict(p)) for p in others if nodes.holds_gpus(dict(p))))
-        protected = sorted(
-            nodes.pod_ref(dict(p)) for p in others if nodes.holds_gpus(dict(p)) and nodes.do_not_disrupt(dict(p))
-        )
+        protected = [
+            f"{nodes.pod_ref(dict(p))} ({why})"
+            for p in others
+            if nodes.holds_gpus(dict(p)) and (why := nodes.never_evicted(dict(p), job)) is not None
+        ]
         if protected:
-            reasons[name] = f"{', '.join(protected)} must not be disrupted"
+            reasons[name] = f"must not be disrupted: {', '.join(sorted(protected))}"
             continue
         kept = [f"{ref} ({(held or {})[ref]})" for ref in evict if ref in (held or {})]
         if kept:
@@ -218,7 +224,7 @@ async def find_slices(kube: Kube, job: JobView, details: Mapping[str, str], sett
         pods,
         details["migProfile"],
         int(details.get("workers", "1")),
-        own_pods=frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods),
+        job=f"{job.namespace}/{job.name}",
         held=nodes.held_by_budgets(pods, budgets),
         extra_configs=settings.mig.configs,
     )
@@ -327,6 +333,7 @@ class MigRepartition(Action):
             ctx.kube,
             name,
             holder(job, record),
+            job=f"{job.namespace}/{job.name}",
             change=config_change(config, ctx.settings.nodes.mig.config_timeout),
             details=details,
             now=ctx.now,

@@ -9,7 +9,8 @@ steps, each idempotent so an operator restart can simply run it again:
   a node another gpuwise action holds is left alone.
 - **evict** the node's GPU pods through the Eviction API (policy/v1), never by deleting them,
   so PodDisruptionBudgets hold: a 429 means "not now", and the caller retries until its deadline.
-  A pod annotated `gpuwise.io/do-not-disrupt: "true"` is never evicted.
+  A pod annotated `gpuwise.io/do-not-disrupt: "true"` is never evicted, nor is a worker of
+  another TrainingJob: gpuwise restarts a TrainingJob only through its own checkpoint handshake.
 - **wait** until no GPU pod is left on the node (terminating pods still hold their GPUs).
 
 Then a node-side action changes a label that an NVIDIA component acts on and follows its answer
@@ -62,6 +63,30 @@ def holds_gpus(pod: JsonDict) -> bool:
 
 def do_not_disrupt(obj: JsonDict) -> bool:
     return (obj.get("metadata", {}).get("annotations") or {}).get(wiring.ANNOTATION_DO_NOT_DISRUPT) == "true"
+
+
+def trainingjob_of(pod: JsonDict) -> str | None:
+    """The TrainingJob ("namespace/name") whose worker `pod` is: the operator labels every pod it
+    renders `gpuwise.io/trainingjob: <name>` (the label its own handlers select them by)."""
+    meta = pod.get("metadata", {})
+    name = (meta.get("labels") or {}).get(wiring.LABEL_TRAININGJOB)
+    return f"{meta.get('namespace')}/{name}" if name else None
+
+
+def never_evicted(pod: JsonDict, job: str) -> str | None:
+    """Why gpuwise must not evict `pod` to make room for TrainingJob `job` ("namespace/name"), if so.
+
+    A pod annotated do-not-disrupt; or a worker of another TrainingJob: gpuwise restarts a
+    TrainingJob only after its own checkpoint handshake and within the disruption budgets, never
+    as a side effect of another job's action (it may not checkpoint at all). The job's own pods
+    may go: it is stopped from a checkpoint anyway.
+    """
+    if do_not_disrupt(pod):
+        return f"annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}"
+    owner = trainingjob_of(pod)
+    if owner is not None and owner != job:
+        return f"a worker of TrainingJob {owner}, which gpuwise restarts only through its own checkpoint handshake"
+    return None
 
 
 def pod_ref(pod: JsonDict) -> str:
@@ -199,8 +224,8 @@ class Drain:
     """Pods evicted in this pass."""
     blocked: dict[str, str] = field(default_factory=dict)
     """Pods a PodDisruptionBudget keeps for now, with the API server's reason."""
-    protected: tuple[str, ...] = ()
-    """Pods annotated do-not-disrupt: never evicted."""
+    protected: dict[str, str] = field(default_factory=dict)
+    """Pods never evicted (see :func:`never_evicted`), with why."""
     left: tuple[str, ...] = ()
     """Pods still holding GPUs on the node (terminating, blocked or protected)."""
 
@@ -211,25 +236,28 @@ class Drain:
     def explain(self) -> str:
         """Why the node is not idle, for a condition or an Event."""
         parts = [f"{pod} is blocked: {why}" for pod, why in sorted(self.blocked.items())]
-        parts += [f"{pod} is annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}" for pod in self.protected]
+        parts += [f"{pod} must not be evicted: {why}" for pod, why in sorted(self.protected.items())]
         waiting = sorted(set(self.left) - set(self.blocked) - set(self.protected))
         if waiting:
             parts.append(f"still holding GPUs: {', '.join(waiting)}")
         return f"node {self.node}: " + ("; ".join(parts) if parts else "its GPUs are idle")
 
 
-async def evict_gpu_pods(kube: Kube, node: str) -> Drain:
-    """One pass: ask the API server to evict every GPU pod on `node` but the do-not-disrupt ones.
-    Call it again (the next cycle) while pods are left: a refusal may be lifted by then."""
+async def evict_gpu_pods(kube: Kube, node: str, *, job: str) -> Drain:
+    """One pass: ask the API server to evict every GPU pod on `node`, for TrainingJob `job`
+    ("namespace/name"). Call it again (the next cycle) while pods are left: a refusal may be
+    lifted by then. A node holding a pod that must never be evicted (:func:`never_evicted`)
+    cannot be idled: nobody is evicted from it."""
+    pods = await gpu_pods(kube, node)
+    protected = {pod_ref(pod): why for pod in pods if (why := never_evicted(pod, job)) is not None}
+    if protected:
+        return Drain(node, protected=protected, left=tuple(sorted(pod_ref(pod) for pod in pods)))
     evicted: list[str] = []
     blocked: dict[str, str] = {}
-    protected: list[str] = []
     left: list[str] = []
-    for pod in await gpu_pods(kube, node):
+    for pod in pods:
         ref = pod_ref(pod)
-        if do_not_disrupt(pod):
-            protected.append(ref)
-        elif not pod["metadata"].get("deletionTimestamp"):
+        if not pod["metadata"].get("deletionTimestamp"):
             try:
                 await kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
             except ApiError as error:
@@ -243,7 +271,7 @@ async def evict_gpu_pods(kube: Kube, node: str) -> Drain:
                 continue
         left.append(ref)
     still = {pod_ref(pod) for pod in await gpu_pods(kube, node)} if evicted else set(left)
-    return Drain(node, tuple(evicted), blocked, tuple(protected), tuple(sorted(still)))
+    return Drain(node, tuple(evicted), blocked, left=tuple(sorted(still)))
 
 
 # --- changing what a node's GPUs offer ------------------------------------------------------
@@ -278,14 +306,17 @@ async def apply_on_idle_node(
     node: str,
     holder: str,
     *,
+    job: str,
     change: LabelChange,
     details: Mapping[str, str],
     now: datetime,
     drain_timeout: str,
 ) -> Progress:
-    """One step of: cordon, evict the GPU pods (for at most `drain_timeout`), set the labels, wait
-    for the component's answer, uncordon. Call it once per cycle with the details it returned so
-    far (the action record's); every step runs once, so a restarted operator resumes it.
+    """One step of: cordon, evict the GPU pods (for at most `drain_timeout`; for TrainingJob `job`,
+    "namespace/name", see :func:`evict_gpu_pods`), set the labels, wait for the component's answer,
+    uncordon. Call it once per cycle with the details it returned so far (the action record's);
+    every step runs once, so a restarted operator resumes it. `evicted` in the details names the
+    pods it evicted.
 
     Raises ActionFailed: NodeBusy, DoNotDisrupt, EvictionBlocked, or the change's own reasons.
     """
@@ -297,7 +328,9 @@ async def apply_on_idle_node(
             raise ActionFailed("NodeBusy", str(exc)) from exc
     if "labelledAt" not in details:
         progress["drainStartedAt"] = details.get("drainStartedAt") or now.isoformat()
-        drain = await evict_gpu_pods(kube, node)
+        drain = await evict_gpu_pods(kube, node, job=job)
+        if drain.evicted:
+            progress["evicted"] = ",".join(sorted({*details.get("evicted", "").split(","), *drain.evicted} - {""}))
         if drain.protected:
             raise ActionFailed("DoNotDisrupt", drain.explain())
         if not drain.idle:

@@ -99,17 +99,18 @@ def cluster_view(
     pods: Sequence[Mapping[str, Any]],
     shared: TimeSlicingSettings,
     *,
-    own_pods: frozenset[str],
+    job: str,
     extra_shapes: Sequence[tuple[int, int, int, int]] = (),
 ) -> tuple[Cluster, dict[str, str]]:
     """The planner's view of the time-sliced (or switchable) nodes, and why other nodes are out.
 
-    `extra_shapes` ((milli-CPU, MiB, GPUs, milli-GPU) each) join the running pods in the workload
+    `job` ("namespace/name") is the TrainingJob to place: its own pods are not counted (its restart
+    stops them). `extra_shapes` ((milli-CPU, MiB, GPUs, milli-GPU) each) join the running pods in the workload
     whose fragmentation the gpuwise and FGD policies weigh placements by.
     """
     reasons: dict[str, str] = {}
     usable: list[Mapping[str, Any]] = []
-    gpu_pods = [p for p in pods if nodes.holds_gpus(dict(p)) and nodes.pod_ref(dict(p)) not in own_pods]
+    gpu_pods = [p for p in pods if nodes.holds_gpus(dict(p)) and nodes.trainingjob_of(dict(p)) != job]
     busy = {(p.get("spec") or {}).get("nodeName") for p in gpu_pods}
     for node in all_nodes:
         name = node["metadata"]["name"]
@@ -211,9 +212,10 @@ async def find_shares(
         )
     worker = {"spec": {"containers": [{"resources": job.spec.trainer.resources_per_node.to_k8s()}]}}
     shape = (*_requests(worker), 1, MILLI // shared.replicas)
-    own = frozenset(f"{job.namespace}/{pod['metadata']['name']}" for pod in job.pods)
     pods = await kube.list("v1", "Pod")  # every GPU pod: the workload the policy expects to keep coming
-    cluster, reasons = cluster_view(candidates, pods, shared, own_pods=own, extra_shapes=[shape] * workers)
+    cluster, reasons = cluster_view(
+        candidates, pods, shared, job=f"{job.namespace}/{job.name}", extra_shapes=[shape] * workers
+    )
     request = PodRequest(*shape, allowed_models=np.ones(len(cluster.state.nodes.models), dtype=np.bool_))
     chosen = place_workers(cluster, request, workers, settings.packing_policy) if len(cluster.state.nodes) else None
     if chosen is None:
@@ -326,6 +328,7 @@ class Pack(Action):
             ctx.kube,
             switch,
             mig.holder(job, record),
+            job=f"{job.namespace}/{job.name}",
             change=time_slicing_change(shared.config, shared, shared.config_timeout),
             details=details,
             now=ctx.now,
