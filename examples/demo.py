@@ -3,13 +3,18 @@
 Runs `gpuwise run` on `train_slow_input.py` and then on `train_fixed_input.py` (real PyTorch
 training on the CPU; no GPU or cluster needed), writes a JSON and an HTML report for each under
 `out/demo/`, and prints what changed. About a minute on a laptop.
+
+`--steps N` trains N steps in each run instead of the scripts' 120, and `--out DIR` writes the
+reports there (the tests run a short demo this way).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +29,9 @@ RUNS = (
 )
 
 
-def run(console: Console, name: str, script: str, what: str) -> dict[str, Any]:
+def run(console: Console, name: str, script: str, what: str, *, out: Path, steps: int | None) -> dict[str, Any]:
     console.rule(f"[bold]{name}[/]: {script} -- {what}")
-    report = OUT / f"{name}.json"
+    report = out / f"{name}.json"
     command = [
         sys.executable,
         "-m",
@@ -35,9 +40,11 @@ def run(console: Console, name: str, script: str, what: str) -> dict[str, Any]:
         "--report",
         str(report),
         "--report",
-        str(OUT / f"{name}.html"),
+        str(out / f"{name}.html"),
     ]
     command += ["--", sys.executable, str(ROOT / "examples" / script)]
+    if steps is not None:
+        command += ["--steps", str(steps)]
     subprocess.run(command, check=True, cwd=ROOT)
     result: dict[str, Any] = json.loads(report.read_text())
     return result
@@ -62,15 +69,21 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> Table:
     return table
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, help="steps in each run (default: the scripts' 120)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the reports go (default: out/demo)")
+    args = parser.parse_args(argv)
+    out: Path = args.out.resolve()
     console = Console()
-    OUT.mkdir(parents=True, exist_ok=True)
-    before, after = (run(console, *spec) for spec in RUNS)
+    out.mkdir(parents=True, exist_ok=True)
+    before, after = (run(console, *spec, out=out, steps=args.steps) for spec in RUNS)
     console.rule("[bold]result")
     console.print(compare(before, after))
     for name, result in (("before", before), ("after", after)):
         console.print(f"[bold]{name}[/]: " + " ".join(result["findings"]), highlight=False)
-    console.print(f"reports: {OUT.relative_to(ROOT)}/{{before,after}}.{{json,html}}", highlight=False)
+    where = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    console.print(f"reports: {where}/{{before,after}}.{{json,html}}", highlight=False)
     return 0
 
 
