@@ -434,6 +434,30 @@ def test_servicemonitor_scrapes_the_operator_metrics_port() -> None:
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
 
 
+def test_monitoring_labels_reach_every_object_the_prometheus_operator_selects() -> None:
+    monitoring = {
+        "labels": {"release": "kube-prometheus-stack", "team": "ml"},
+        "podMonitor": {"enabled": True},
+        "serviceMonitor": {"enabled": True, "labels": {"team": "platform"}},  # its own win
+        "prometheusRule": {"enabled": True},
+    }
+    docs = render({"monitoring": monitoring, "webhook": {"enabled": True}})
+    selected = {
+        f"{doc['kind']} {doc['metadata']['name']}": doc["metadata"]["labels"]
+        for doc in docs
+        if doc["apiVersion"] == "monitoring.coreos.com/v1"
+    }
+    assert len(selected) == 4  # two PodMonitors, the ServiceMonitor, the PrometheusRule
+    assert all(labels["release"] == "kube-prometheus-stack" for labels in selected.values())
+    assert {name: labels["team"] for name, labels in selected.items()} == {
+        "PodMonitor gw-gpuwise-sidecars": "ml",
+        "PodMonitor gw-gpuwise-injected": "ml",
+        "ServiceMonitor gw-gpuwise": "platform",
+        "PrometheusRule gw-gpuwise": "ml",
+    }
+    assert all(labels["app.kubernetes.io/part-of"] == "gpuwise" for labels in selected.values())
+
+
 def test_prometheusrule_ships_the_generated_rules_with_the_values_applied() -> None:
     generated = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
     docs = render(EVERYTHING)
@@ -483,3 +507,12 @@ def test_notes_tell_what_to_do_next(name: str) -> None:
     notes = next(text for path, text in render_files(VALUE_SETS[name]).items() if path.endswith("NOTES.txt"))
     assert "kubectl apply" in notes and "kubectl get tj" in notes
     assert "gpuwise / Cluster overview" in notes
+    # No Prometheus to diagnose from, no findings: the notes say so and how to set it.
+    assert "efficiency.prometheusUrl is empty" in notes and "--set efficiency.prometheusUrl=" in notes
+
+
+def test_notes_name_the_prometheus_findings_come_from() -> None:
+    values = {"efficiency": {"prometheusUrl": "http://prometheus.monitoring:9090"}}
+    notes = next(text for path, text in render_files(values).items() if path.endswith("NOTES.txt"))
+    assert "diagnoses every running job from http://prometheus.monitoring:9090 every 30 s" in notes
+    assert "efficiency.prometheusUrl is empty" not in notes
