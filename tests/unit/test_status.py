@@ -12,15 +12,16 @@ from gpuwise.operator.reconcile import changed_paths, check_running_job, parse_s
 from gpuwise.operator.workload import render_job
 
 
-def pod(index: int, phase: str, created: str, restarts: int = 0, node: str | None = "n1") -> dict[str, Any]:
+def pod(index: int, phase: str, created: str, node: str | None = "n1", name: str | None = None) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": f"j-{index}-{created[-2:]}",
+            "name": name or f"j-{index}-{created[-2:]}",
             "creationTimestamp": created,
             "labels": {"batch.kubernetes.io/job-completion-index": str(index)},
         },
         "spec": {"nodeName": node} if node else {},
-        "status": {"phase": phase, "containerStatuses": [{"restartCount": restarts}]},
+        # restartPolicy Never: the trainer container itself never restarts.
+        "status": {"phase": phase, "containerStatuses": [{"restartCount": 0}]},
     }
 
 
@@ -45,10 +46,11 @@ def kinds(observed: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in observed["conditions"]}
 
 
-def test_newest_pod_per_index_is_the_worker() -> None:
+def test_newest_pod_per_index_is_the_worker_and_its_failed_predecessors_are_restarts() -> None:
     pods = [
         pod(0, "Failed", "2026-01-01T00:00:01"),
-        pod(0, "Running", "2026-01-01T00:00:09", restarts=2),
+        pod(0, "Running", "2026-01-01T00:00:09"),
+        pod(0, "Failed", "2026-01-01T00:00:05"),
         pod(1, "Pending", "2026-01-01T00:00:02", node=None),
         {"metadata": {"name": "stray"}},
     ]
@@ -56,6 +58,20 @@ def test_newest_pod_per_index_is_the_worker() -> None:
         {"index": 0, "pod": "j-0-09", "phase": "Running", "restarts": 2, "node": "n1"},
         {"index": 1, "pod": "j-1-02", "phase": "Pending", "restarts": 0},
     ]
+
+
+def test_a_retry_created_in_the_same_second_is_the_newer_pod() -> None:
+    retry = pod(0, "Pending", "2026-01-01T00:00:03", name="j-0-retry")
+    first = pod(0, "Failed", "2026-01-01T00:00:03", name="j-0-first")
+    for pods in ([retry, first], [first, retry]):
+        assert status.workers(pods) == [
+            {"index": 0, "pod": "j-0-retry", "phase": "Pending", "restarts": 1, "node": "n1"}
+        ]
+
+
+def test_a_worker_whose_last_pod_failed_counts_only_the_retries_before_it() -> None:
+    pods = [pod(0, "Failed", "2026-01-01T00:00:01"), pod(0, "Failed", "2026-01-01T00:00:07")]
+    assert status.workers(pods)[0] == {"index": 0, "pod": "j-0-07", "phase": "Failed", "restarts": 1, "node": "n1"}
 
 
 def test_phases() -> None:

@@ -65,26 +65,36 @@ def _pod_index(pod: JsonDict) -> int | None:
         return None
 
 
+def _age_order(pod: JsonDict) -> tuple[str, bool]:
+    # Seconds are all a creationTimestamp has: of two pods created in the same second, the failed
+    # one is the older (the Job controller made the other to replace it).
+    return pod.get("metadata", {}).get("creationTimestamp") or "", _phase(pod) != "Failed"
+
+
+def _phase(pod: JsonDict) -> str:
+    return str(pod.get("status", {}).get("phase") or "Pending")
+
+
 def workers(pods: Iterable[JsonDict]) -> list[JsonDict]:
-    """One entry per worker index: its newest pod (older ones are retries that ended)."""
-    newest: dict[int, JsonDict] = {}
+    """One entry per worker index: its newest pod, and how often that index was retried.
+
+    The trainer runs with `restartPolicy: Never`, so its container never restarts in place (its
+    restartCount stays 0): the Job controller retries a failed worker with a new pod of the same
+    completion index. A worker's restarts are therefore its index's older pods that failed.
+    """
+    by_index: dict[int, list[JsonDict]] = {}
     for pod in pods:
         index = _pod_index(pod)
-        if index is None:
-            continue
-        created = pod.get("metadata", {}).get("creationTimestamp") or ""
-        current = newest.get(index)
-        if current is None or created >= (current.get("metadata", {}).get("creationTimestamp") or ""):
-            newest[index] = pod
+        if index is not None:
+            by_index.setdefault(index, []).append(pod)
     result = []
-    for index in sorted(newest):
-        pod = newest[index]
-        statuses = pod.get("status", {}).get("containerStatuses") or []
+    for index in sorted(by_index):
+        *older, pod = sorted(by_index[index], key=_age_order)
         entry: JsonDict = {
             "index": index,
             "pod": pod["metadata"]["name"],
-            "phase": pod.get("status", {}).get("phase") or "Pending",
-            "restarts": sum(int(s.get("restartCount", 0)) for s in statuses),
+            "phase": _phase(pod),
+            "restarts": sum(1 for retried in older if _phase(retried) == "Failed"),
         }
         if node := pod.get("spec", {}).get("nodeName"):
             entry["node"] = node
