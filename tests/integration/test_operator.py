@@ -9,10 +9,12 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
+from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState
 from tests.integration.conftest import Cluster, Operator
 from tests.support.waiting import eventually
 
@@ -217,6 +219,70 @@ def test_failed_job_is_reported_with_its_reason(cluster: Cluster, operator: Oper
     assert failed["reason"] == "BackoffLimitExceeded"
     status = (cluster.trainingjob("bert") or {})["status"]
     assert (status["phase"], status["restarts"]) == ("Failed", 4)
+
+
+def created(cluster: Cluster, name: str = "bert") -> dict[str, Any]:
+    """The Job, once the TrainingJob's status says it was created."""
+    eventually(lambda: (c := cluster.condition(name, "Created")) and c["status"] == "True", what="Created=True")
+    job = job_of(cluster, name)
+    assert job is not None
+    return job
+
+
+def test_a_job_deleted_while_the_operator_was_down_is_not_run_again(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest(runPolicy={"ttlSecondsAfterFinished": 60}))
+    created(cluster)
+    operator.stop()
+    # The Job finished and its TTL removed it while no operator watched: status still says Pending.
+    cluster.delete("batch/v1", "Job", "bert")
+    operator.start()
+    failed = eventually(
+        lambda: (c := cluster.condition("bert", "Failed")) and c["status"] == "True" and c, what="Failed=True"
+    )
+    assert failed["reason"] == "JobVanished"
+    assert failed["message"].startswith("Job bert was deleted before gpuwise saw it end")
+    assert "delete and re-create the TrainingJob" in failed["message"]
+    status = (cluster.trainingjob("bert") or {})["status"]
+    assert status["phase"] == "Failed"
+    by_type = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert by_type["Running"] == ("False", "JobVanished")
+    warnings = eventually(
+        lambda: [
+            e for e in cluster.list("v1", "Event") if (e.get("reason"), e.get("type")) == ("JobVanished", "Warning")
+        ],
+        what="a Warning",
+    )
+    assert warnings[0]["involvedObject"]["name"] == "bert"
+    assert warnings[0]["message"] == failed["message"]
+    time.sleep(2.5)  # past a resync (2 s): still no second run
+    assert job_of(cluster, "bert") is None
+    assert cluster.emulator.emulator.create_attempts["batch/v1/jobs default/bert"] == 1  # type: ignore[union-attr]
+
+
+def test_a_job_the_action_runner_replaces_is_created_again(cluster: Cluster, operator: Operator) -> None:
+    cluster.create(manifest())
+    first = created(cluster)
+    # What the runner writes before it deletes the Job to restart it (gpuwise.act.runner).
+    at = datetime.now(tz=UTC)
+    record = ActionRecord(
+        id="adjustconfig-1",
+        action=ActionKind.ADJUST_CONFIG,
+        state=ActionState.APPLYING,
+        reason="CheckpointAcknowledged",
+        started_at=at,
+        updated_at=at,
+        restart=True,
+    )
+    cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"actions": [record.to_k8s()]}}, status=True)
+    cluster.delete("batch/v1", "Job", "bert")
+    second = eventually(
+        lambda: (j := job_of(cluster, "bert")) and j["metadata"]["uid"] != first["metadata"]["uid"] and j,
+        what="the replacement Job",
+    )
+    assert second["metadata"]["ownerReferences"] == first["metadata"]["ownerReferences"]
+    assert cluster.emulator.emulator.create_attempts["batch/v1/jobs default/bert"] == 2  # type: ignore[union-attr]
+    assert (cluster.trainingjob("bert") or {})["status"]["phase"] == "Pending"
+    assert (cluster.condition("bert", "Failed") or {}).get("reason") != "JobVanished"
 
 
 def test_suspend_and_resume(cluster: Cluster, operator: Operator) -> None:

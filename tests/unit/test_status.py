@@ -74,6 +74,21 @@ def test_a_worker_whose_last_pod_failed_counts_only_the_retries_before_it() -> N
     assert status.workers(pods)[0] == {"index": 0, "pod": "j-0-07", "phase": "Failed", "restarts": 1, "node": "n1"}
 
 
+def test_a_vanished_job_is_failed_and_keeps_its_last_restarts() -> None:
+    gone = observe(vanished="j")
+    assert gone["phase"] == "Failed"
+    assert kinds(gone) == {
+        "Accepted": ("True", "SpecAccepted"),
+        "Created": ("True", "JobCreated"),
+        "Running": ("False", "JobVanished"),
+        "Failed": ("True", "JobVanished"),
+    }
+    failed = next(c for c in gone["conditions"] if c["type"] == "Failed")
+    assert failed["message"].startswith("Job j was deleted before gpuwise saw it end")
+    assert "restarts" not in gone and "completionTime" not in gone, "unknown: the last written values stay"
+    assert status.created(gone) and not status.created(observe())
+
+
 def test_phases() -> None:
     assert observe()["phase"] == "Pending"
     assert observe(problem=status.SpecProblem("InvalidSpec", "x"))["phase"] == "Invalid"

@@ -4,6 +4,12 @@ Level-triggered and idempotent: whatever woke it (the TrainingJob changed, its J
 changed, the periodic resync, an operator restart), `reconcile()` looks at the current objects
 and does only what is missing. Names are deterministic and creation treats "already exists" as
 success, so a repeated event or a restarted operator never makes a second Job or Service.
+
+"Only what is missing" has one exception: a Job this TrainingJob already ran is never created
+again unless gpuwise's action runner deleted it to restart the job (`replacing()`). A Job that
+went away on its own (its ttlSecondsAfterFinished removed it while the operator was down, or
+someone deleted it) would otherwise run the training a second time; the job ends `Failed` with
+reason `JobVanished` instead.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pydantic import ValidationError
 
 from gpuwise.act import overrides as job_overrides
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import KIND, TrainingJobSpec
+from gpuwise.api.trainingjob import KIND, ActionState, TrainingJobSpec
 from gpuwise.operator import status as observed
 from gpuwise.operator import workload
 from gpuwise.operator.config import OperatorSettings
@@ -213,11 +219,17 @@ async def reconcile(
     if owner["metadata"].get("deletionTimestamp"):
         return  # going away: its children follow through ownerReferences; make nothing new
     async with ctx.lock(namespace, name):
+        vanished = None
+        if job is None and not _finished(owner) and observed.created(owner.get("status") or {}):
+            fresh = await look_again(owner, ctx)
+            if fresh is None:
+                return  # the TrainingJob is gone too
+            owner, job, vanished = fresh
         spec, problem = parse_spec(owner)
-        finished = (owner.get("status") or {}).get("phase") in TERMINAL_PHASES
+        finished = _finished(owner)
         overrides, overrides_problem = read_overrides(owner)
         if spec is not None:
-            if job is None and not finished and overrides_problem is None:
+            if job is None and not finished and vanished is None and overrides_problem is None:
                 job, problem = await ensure_workload(owner, spec, overrides, ctx)
             elif job is not None:
                 problem = check_running_job(job, owner, spec)
@@ -226,7 +238,43 @@ async def reconcile(
             problem = problem or overrides_problem
         if job is None and finished:
             return  # the Job went away after the end (ttlSecondsAfterFinished): keep the final status
-        await publish(owner=owner, job=job, pods=pods, spec=spec, problem=problem, ctx=ctx, logger=logger)
+        await publish(
+            owner=owner, job=job, pods=pods, spec=spec, problem=problem, ctx=ctx, logger=logger, vanished=vanished
+        )
+
+
+def _finished(owner: JsonDict) -> bool:
+    return (owner.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def replacing(owner: JsonDict) -> bool:
+    """Whether gpuwise's action runner is replacing the Job: the job's newest action is `Applying`.
+
+    The runner (gpuwise.act.runner) saves that state before it deletes the Job, and leaves it
+    only once the Job rendered with the new overrides runs, so a Job missing meanwhile is one it
+    deleted on purpose, for the reconciler to render again.
+    """
+    actions = (owner.get("status") or {}).get("actions") or []
+    return bool(actions) and actions[-1].get("state") == ActionState.APPLYING.value
+
+
+async def look_again(owner: JsonDict, ctx: Context) -> tuple[JsonDict, JsonDict | None, str | None] | None:
+    """The TrainingJob, its Job and whether the Job vanished, read from the API server itself.
+
+    Called when the indexes show no Job for a TrainingJob whose status says it was created. The
+    indexes come from separate watches and may lag: a Job just created may not be in them yet,
+    and the runner's `Applying` record may arrive after the deletion it preceded. The API server
+    knows both. A Job that is gone while nothing in gpuwise replaces it vanished on its own
+    (its ttlSecondsAfterFinished while the operator was down, or someone deleted it): creating it
+    again would run the training a second time. None: the TrainingJob is gone too.
+    """
+    meta = owner["metadata"]
+    fresh = await ctx.kube.get(owner["apiVersion"], KIND, meta["namespace"], meta["name"])
+    if fresh is None or fresh["metadata"].get("uid") != meta.get("uid") or fresh["metadata"].get("deletionTimestamp"):
+        return None
+    job = await ctx.kube.get("batch/v1", "Job", meta["namespace"], meta["name"])
+    gone = job is None and not replacing(fresh) and observed.created(fresh.get("status") or {})
+    return fresh, job, meta["name"] if gone else None
 
 
 async def publish(
@@ -238,6 +286,7 @@ async def publish(
     problem: observed.SpecProblem | None,
     ctx: Context,
     logger: kopf.Logger,
+    vanished: str | None = None,
 ) -> None:
     """Write the observed status if it changed, with an Event for every condition transition."""
     old: JsonDict = owner.get("status") or {}
@@ -248,6 +297,7 @@ async def publish(
         suspend_requested=spec.run_policy.suspend if spec else False,
         problem=problem,
         generation=owner["metadata"].get("generation"),
+        vanished=vanished,
     )
     old_conditions: list[JsonDict] = old.get("conditions") or []
     new["conditions"] = observed.with_transition_times(new["conditions"], old_conditions, observed.now())

@@ -47,6 +47,15 @@ def _condition(type_: str, ok: bool, reason: str, message: str) -> JsonDict:
     return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
+def _created_condition(job_name: str) -> JsonDict:
+    return _condition(CREATED, True, "JobCreated", f"Job {job_name} created.")
+
+
+def created(status: JsonDict) -> bool:
+    """Whether a status says the Job was created (and so must not be created again on its own)."""
+    return any(c.get("type") == CREATED and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
 def _job_condition(job: JsonDict | None, type_: str) -> JsonDict | None:
     for cond in (job or {}).get("status", {}).get("conditions", []):
         if cond.get("type") == type_ and cond.get("status") == "True":
@@ -110,8 +119,13 @@ def observe(
     suspend_requested: bool,
     problem: SpecProblem | None,
     generation: int | None,
+    vanished: str | None = None,
 ) -> JsonDict:
-    """The status fields this module owns (phase, conditions, workers, times), without timestamps."""
+    """The status fields this module owns (phase, conditions, workers, times), without timestamps.
+
+    `vanished` names the Job this TrainingJob ran and that went away without gpuwise asking: the
+    job ends `Failed` with reason `JobVanished`, and the last known restarts and start time stay.
+    """
     conditions: list[JsonDict] = []
     if problem is None:
         conditions.append(_condition(ACCEPTED, True, "SpecAccepted", "The spec is valid and applied."))
@@ -126,13 +140,27 @@ def observe(
     if generation is not None:
         status["observedGeneration"] = generation
 
+    if job is None and vanished is not None:
+        del status["restarts"]  # the Job's count went with it: keep the last one written
+        message = (
+            f"Job {vanished} was deleted before gpuwise saw it end (by its ttlSecondsAfterFinished while "
+            "the operator was not running, or by hand). gpuwise does not start it again on its own: the "
+            "trainer's logs or checkpoints tell how far it got; to run it again, delete and re-create the "
+            "TrainingJob."
+        )
+        conditions.append(_created_condition(vanished))
+        conditions.append(_condition(RUNNING, False, "JobVanished", "The Job is gone."))
+        conditions.append(_condition(FAILED, True, "JobVanished", message))
+        status["phase"] = Phase.FAILED.value
+        status["conditions"] = conditions
+        return status
     if job is None:
         status["phase"] = (Phase.INVALID if problem else Phase.PENDING).value
         status["conditions"] = conditions
         return status
 
     job_status = job.get("status", {})
-    conditions.append(_condition(CREATED, True, "JobCreated", f"Job {job['metadata']['name']} created."))
+    conditions.append(_created_condition(job["metadata"]["name"]))
     if start := job_status.get("startTime"):
         status["startTime"] = start
 
