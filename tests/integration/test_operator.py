@@ -21,6 +21,7 @@ from tests.support.waiting import eventually
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "trainingjob.yaml"
 TJ_API = "gpuwise.io/v1alpha1"
+RELEASE = '{"metadata":{"finalizers":null}}'
 
 
 def manifest(name: str = "bert", **spec: Any) -> dict[str, Any]:
@@ -342,6 +343,12 @@ def test_deleting_the_trainingjob_removes_what_it_owns(cluster: Cluster, operato
     assert operator.process is not None and operator.process.poll() is None
 
 
+def kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", *args], env=cluster.emulator.client_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def test_kubectl_creates_the_example(cluster: Cluster, operator: Operator) -> None:
     result = subprocess.run(
         ["kubectl", "create", "-f", str(EXAMPLE), "--validate=false"],
@@ -369,3 +376,27 @@ def test_kubectl_creates_the_example(cluster: Cluster, operator: Operator) -> No
     )
     assert got.returncode == 0, got.stderr
     assert got.stdout in {"", "Pending"}
+
+
+def test_without_the_operator_deletion_waits_for_the_finalizer_the_readme_says_how_to_remove(
+    cluster: Cluster, operator: Operator
+) -> None:
+    cluster.create(manifest())
+    created(cluster)
+    # kopf's per-object timers (resync, evaluation) need it to stop them before the object goes.
+    eventually(
+        lambda: (cluster.trainingjob("bert") or {})["metadata"].get("finalizers") == ["gpuwise.io/finalizer"],
+        what="kopf's finalizer",
+    )
+    operator.stop()
+    deleted = kubectl(cluster, "delete", "tj", "bert", "-n", "default", "--wait=false")
+    assert deleted.returncode == 0, deleted.stderr
+    held = cluster.trainingjob("bert")
+    assert held is not None and held["metadata"]["deletionTimestamp"], "no operator: the finalizer holds it"
+    assert job_of(cluster, "bert") is not None
+    # The command README.md gives ("On a cluster", Deletion).
+    patched = kubectl(cluster, "patch", "tj", "bert", "-n", "default", "--type=merge", "-p", RELEASE)
+    assert patched.returncode == 0, patched.stderr
+    eventually(lambda: cluster.trainingjob("bert") is None, what="the TrainingJob to go")
+    eventually(lambda: job_of(cluster, "bert") is None, what="its Job to follow")
+    assert f"kubectl patch tj NAME --type=merge -p '{RELEASE}'" in (ROOT / "README.md").read_text()
