@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuwise.api.trainingjob import Tunables
+from gpuwise.api.trainingjob import Finding, Tunables
 from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose, fit_memory
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
 
@@ -90,8 +90,45 @@ def test_input_bound_with_no_spare_cpu_is_cpu_bound() -> None:
     assert recommendation is not None and recommendation.changes == {}
 
 
+def test_loader_workers_are_capped_by_each_process_s_share_of_the_pod_s_cpu() -> None:
+    starved = {"gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.9] * 60, "pin_memory": True}
+    # 16 cores, one process: up to 15 workers (10 hide a 90 % wait for one worker).
+    assert run(window(**starved, num_workers=1))["InputBound"][1].changes == {"NUM_WORKERS": "10"}
+    # 8 processes on those 16 cores: 2 cores each, one for the process itself, so 1 worker each.
+    eight = run(window(**starved, num_workers=0, processes_per_node=8))["InputBound"]
+    assert eight[1] is not None and eight[1].changes == {"NUM_WORKERS": "1"}
+    assert eight[0].evidence["processesPerNode"] == "8"
+    cpu_bound = run(window(**starved, num_workers=1, processes_per_node=8))["CPUBoundInput"]
+    assert "Each of the pod's 8 processes has no spare CPU" in cpu_bound[0].message
+    assert cpu_bound[1] is not None and cpu_bound[1].changes == {}
+
+
+def test_input_bound_advice_includes_prefetching() -> None:
+    waiting = {"gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.7] * 60, "num_workers": 2}
+    _, recommendation = run(window(**waiting))["InputBound"]
+    assert recommendation is not None and "prefetch_factor" in recommendation.message
+    _, undeclared = run(window(**waiting), tunables=Tunables())["InputBound"]
+    assert undeclared is not None and undeclared.changes == {}
+    assert "up to 15 per process" in undeclared.message and "prefetch_factor" in undeclared.message
+
+
+def test_input_bound_and_cpu_bound_input_share_their_hysteresis() -> None:
+    # The wait holds in 60 % of samples: not enough to start a finding, enough to keep one.
+    hovering = {"gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.5] * 36 + [0.05] * 24}
+    assert run(window(**hovering, num_workers=3, cpu_cores=4.0)) == {}
+    for held in ("CPUBoundInput", "InputBound"):
+        found = run(window(**hovering, num_workers=3, cpu_cores=4.0), active=frozenset({held}))
+        assert list(found) == ["CPUBoundInput"], f"an active {held} keeps the family's hold"
+    found = run(window(**hovering, num_workers=1, cpu_cores=4.0), active=frozenset({"CPUBoundInput"}))
+    assert list(found) == ["InputBound"], "and the other way round"
+
+
 def test_waiting_with_a_busy_gpu_is_not_input_bound() -> None:
     assert "InputBound" not in run(window(gpu_utilization=[85.0] * 60, data_wait_fraction=[0.3] * 60))
+
+
+FREE_BATCH = TUNABLES.model_copy(update={"keep_global_batch_size": False})
+FITS_100 = (0.85 * 81_559 - 4_096) / 100  # MiB per sample with which 100 samples fit beside 4 GiB
 
 
 def test_small_batch_uses_the_memory_model_and_keeps_the_global_batch() -> None:
@@ -106,15 +143,51 @@ def test_small_batch_uses_the_memory_model_and_keeps_the_global_batch() -> None:
     finding, recommendation = run(w)["SmallBatch"]
     assert finding.evidence["memoryModel"] == "4096 MiB + 100.0 MiB/sample"
     assert recommendation is not None
-    # (0.85 × 81559 − 4096) / 100 = 652 samples fit → the largest power of two below: 512.
-    assert recommendation.changes == {"BATCH_SIZE": "512", "ACCUM": "1"}
+    # (0.85 × 81559 − 4096) / 100 = 652 samples fit, but 32 × 8 = 256 per process must stay: 256 × 1.
+    assert recommendation.changes == {"BATCH_SIZE": "256", "ACCUM": "1"}
+    assert "batch × accumulation stays 256" in recommendation.message
+    # Without keepGlobalBatchSize: the largest power of two that fits, accumulation untouched.
+    assert run(w, tunables=FREE_BATCH)["SmallBatch"][1].changes == {"BATCH_SIZE": "512"}
+
+
+@pytest.mark.parametrize(
+    ("batch", "steps", "bounds", "per_sample", "expected"),
+    [
+        (32, 8, {"min": 1, "max": 64}, 100.0, {"BATCH_SIZE": "256", "ACCUM": "1"}),
+        (24, 10, {"min": 1, "max": 64}, 100.0, {"BATCH_SIZE": "240", "ACCUM": "1"}),  # not a power of two
+        (32, 8, {"min": 2, "max": 64}, 100.0, {"BATCH_SIZE": "128", "ACCUM": "2"}),  # the accumulation's min
+        (16, 12, {"min": 1, "max": 64}, FITS_100, {"BATCH_SIZE": "96", "ACCUM": "2"}),  # 192 does not fit: 96 × 2
+        (32, 1, {"min": 1, "max": 64}, 100.0, {}),  # accumulation 1: a larger batch would grow the global one
+        (32, None, {"min": 1, "max": 64}, 100.0, {}),  # unknown accumulation: nothing to keep it against
+    ],
+)
+def test_keeping_the_global_batch_preserves_batch_times_accumulation_exactly(
+    batch: int, steps: int | None, bounds: dict[str, int], per_sample: float, expected: dict[str, str]
+) -> None:
+    accumulation = TUNABLES.gradient_accumulation_steps
+    assert accumulation is not None
+    tunables = TUNABLES.model_copy(update={"gradient_accumulation_steps": accumulation.model_copy(update=bounds)})
+    memory = [(b, 4_096 + per_sample * b) for b in (batch, 2 * batch)]  # 4 GiB + `per_sample` MiB per sample
+    w = window(
+        gpu_utilization=[35.0] * 60,
+        batch_size=batch,
+        memory_used_mib=memory[0][1],
+        gradient_accumulation_steps=steps,
+        memory_by_batch=memory,
+    )
+    _, recommendation = run(w, tunables=tunables)["SmallBatch"]
+    assert recommendation is not None and recommendation.changes == expected
+    if expected:
+        assert int(expected["BATCH_SIZE"]) * int(expected["ACCUM"]) == batch * (steps or 0), "global batch kept"
+    else:
+        assert recommendation.message.startswith("No larger batch size to recommend")
 
 
 def test_one_observation_gives_a_conservative_batch() -> None:
     assert fit_memory([(32, 8_000.0)]) == (0.0, 250.0)
     assert fit_memory([(32, 8_000.0), (64, 7_000.0)]) is None  # memory fell as batch grew: no model
     w = window(gpu_utilization=[35.0] * 60, batch_size=32, memory_used_mib=8_000.0)
-    assert run(w)["SmallBatch"][1].changes["BATCH_SIZE"] == "256"  # 0.85 × 81559 / 250 = 277 → 256
+    assert run(w, tunables=FREE_BATCH)["SmallBatch"][1].changes["BATCH_SIZE"] == "256"  # 0.85 × 81559 / 250 = 277
 
 
 def test_no_small_batch_finding_when_memory_is_used_or_the_gpu_busy() -> None:
@@ -138,6 +211,20 @@ def test_idle_job_gets_only_the_idle_finding() -> None:
     found = run(window(seconds_since_last_step=1800.0, gpu_utilization=[0.0] * 60, autocast=False))
     assert list(found) == ["Idle"]
     assert found["Idle"][0].message == "No training step for 30 minutes while 1 GPU(s) stay allocated."
+
+
+def test_a_job_that_never_made_a_step_is_idle_once_it_has_had_the_time() -> None:
+    # No last-step series at all; its sidecar reports its 2 GPUs, barely used.
+    never = {"seconds_since_last_step": None, "data_wait_fraction": [], "gpu_utilization": [2.0] * 60, "gpus": 2}
+    finding, recommendation = run(window(**never))["Idle"]
+    assert finding.message == "No training step since the job started 60 minutes ago while 2 GPU(s) stay allocated."
+    assert finding.evidence["secondsSinceStartNoStep"] == "3600" and "secondsSinceLastStep" not in finding.evidence
+    assert recommendation is None
+    assert "Idle" not in run(window(**{**never, "job_age_seconds": 400})), "running for less than 10 minutes"
+    assert "Idle" not in run(window(**{**never, "gpus": 0, "gpu_utilization": []})), "no sidecar reports GPUs"
+    busy = {**never, "gpu_utilization": [90.0] * 60}
+    assert "Idle" not in run(window(**busy)), "a trainer that reports no steps but keeps its GPUs busy"
+    assert "Idle" not in run(window(**{**never, "data_wait_fraction": [0.1] * 60})), "it steps: data wait says so"
 
 
 def test_grace_period_and_missing_data_give_no_findings() -> None:
@@ -205,6 +292,36 @@ def test_no_straggler_among_steady_workers_or_after_it_recovered() -> None:
     assert "Straggler" not in run(window(worker_step_seconds=steps(2, slow=1, from_sample=40))), "two workers: no peers"
 
 
+def test_a_straggler_slow_for_longer_than_the_window_keeps_its_finding_until_it_recovers() -> None:
+    """Cycles every minute over a 15-minute window; worker 5 slows down at 10 min and recovers at 50 min."""
+    total, slow_from, slow_until = 260, 40, 200
+    history = steps(8, slow=5, from_sample=slow_from, samples=total)
+    history[5] = [(t, 0.5 if i >= slow_until else s) for i, (t, s) in enumerate(history[5])]
+    previous: dict[str, Finding] = {}
+    kinds_at: dict[int, list[tuple[str, int | None]]] = {}
+    for end in range(60, total + 1, 4):
+        w = window(worker_step_seconds={k: v[end - 60 : end] for k, v in history.items()})
+        ctx = Context(
+            window=w,
+            tunables=TUNABLES,
+            thresholds=DiagnosisThresholds(),
+            sustain=Sustain(),
+            now=NOW,
+            active=frozenset(previous),
+            since={kind: f.since for kind, f in previous.items()},
+            previous=previous,
+        )
+        previous = {finding.kind: finding for finding, _ in diagnose(ctx)}
+        kinds_at[end] = sorted((kind, f.worker) for kind, f in previous.items())
+    slow_cycles = [end for end in kinds_at if end <= slow_until]
+    assert all(kinds_at[end] == [("Straggler", 5)] for end in slow_cycles), kinds_at
+    # The window stopped reaching back before the slowdown at sample 100: still a Straggler, never a SlowWorker.
+    assert any(end - 60 > slow_from for end in slow_cycles)
+    assert all(kinds_at[end] == [] for end in kinds_at if end >= slow_until + 3), "cleared once it recovered"
+    # Without the carried baseline, a late window shows only a steadily slower worker: what went wrong before.
+    assert list(run(window(worker_step_seconds={k: v[140:200] for k, v in history.items()}))) == ["SlowWorker"]
+
+
 def test_a_steadily_slower_worker_is_a_milder_finding_without_action() -> None:
     steady = steps(8)
     steady[3] = [(t, seconds * 1.3) for t, seconds in steady[3]]
@@ -212,6 +329,25 @@ def test_a_steadily_slower_worker_is_a_milder_finding_without_action() -> None:
     assert (finding.worker, finding.confidence, recommendation) == (3, 0.3, None)
     assert "Straggler" not in run(window(worker_step_seconds=steady))
     assert "SlowWorker" not in run(window(worker_step_seconds=steps(8))), "within 10 % of the peers"
+
+
+def test_findings_read_from_one_figure_have_hysteresis_too() -> None:
+    """A figure hovering at its threshold starts no finding, and does not clear an active one."""
+    steady = steps(8)
+    steady[3] = [(t, seconds * 1.095) for t, seconds in steady[3]]  # just under 1.1x its peers
+    assert "SlowWorker" not in run(window(worker_step_seconds=steady))
+    assert "SlowWorker" in run(window(worker_step_seconds=steady), active=frozenset({"SlowWorker"}))
+    steady[3] = [(t, seconds * 1.06) for t, seconds in steps(8)[3]]
+    assert "SlowWorker" not in run(window(worker_step_seconds=steady), active=frozenset({"SlowWorker"}))
+    fp32 = {"autocast": False, "tensor_activity": 0.11}  # the threshold is 0.1
+    assert "NoMixedPrecision" not in run(window(**fp32))
+    assert "NoMixedPrecision" in run(window(**fp32), active=frozenset({"NoMixedPrecision"}))
+    assert "NoMixedPrecision" not in run(
+        window(**{**fp32, "tensor_activity": 0.13}), active=frozenset({"NoMixedPrecision"})
+    )
+    roomy = {"gpu_utilization": [35.0] * 60, "batch_size": 32, "memory_used_mib": 0.55 * 81_559}  # the limit is half
+    assert "SmallBatch" not in run(window(**roomy))
+    assert "SmallBatch" in run(window(**roomy), active=frozenset({"SmallBatch"}))
 
 
 # --- OversizedGPU -------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from gpuwise.act.overrides import annotation_patch
+from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import TrainingJobSpec
 from gpuwise.diagnose.window import JobWindow
 from gpuwise.operator.evaluate import cpu_cores, efficiency_status, job_facts, worth_writing
@@ -44,6 +46,44 @@ def test_job_facts_from_status_and_limits() -> None:
     facts = job_facts(body, spec(), NOW)
     assert (facts.age_seconds, facts.cpu_cores) == (3600.0, 2.5)
     assert job_facts({"metadata": {"creationTimestamp": "2026-11-22T11:30:00Z"}}, spec(), NOW).age_seconds == 1800
+
+
+def test_job_facts_read_the_accumulation_the_job_runs_with_and_its_processes() -> None:
+    def accumulating(env: list[dict[str, Any]], procs: int = 1) -> TrainingJobSpec:
+        tunables = {"gradientAccumulationSteps": {"env": "ACCUM", "min": 1, "max": 64}}
+        trainer = {"image": "x", "numProcPerNode": procs, "env": env}
+        return TrainingJobSpec.model_validate({"trainer": trainer, "efficiency": {"tunables": tunables}})
+
+    body: dict[str, Any] = {"metadata": {"creationTimestamp": "2026-11-22T11:00:00Z"}}
+    facts = job_facts(body, accumulating([{"name": "ACCUM", "value": "8"}], procs=8), NOW)
+    assert (facts.gradient_accumulation_steps, facts.processes_per_node) == (8, 8)
+    # What an action set wins over the spec: the job runs with it.
+    overridden = {**body, **annotation_patch(JobOverrides(env={"ACCUM": "2"}))}
+    assert job_facts(overridden, accumulating([{"name": "ACCUM", "value": "8"}]), NOW).gradient_accumulation_steps == 2
+    # Not set, not a plain number, or not declared: unknown, never a guessed 1.
+    assert job_facts(body, accumulating([]), NOW).gradient_accumulation_steps is None
+    from_secret = [{"name": "ACCUM", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    assert job_facts(body, accumulating(from_secret), NOW).gradient_accumulation_steps is None
+    undeclared = spec().model_copy(update={"trainer": accumulating([{"name": "ACCUM", "value": "8"}]).trainer})
+    assert job_facts(body, undeclared, NOW).gradient_accumulation_steps is None
+
+
+def test_a_straggler_keeps_its_finding_from_the_stored_status() -> None:
+    # Worker 5 has been 3x slower than its peers for the whole window: no baseline left in it.
+    workers = {w: [(1000.0 + 15 * i, 1.5 if w == 5 else 0.5 + 0.01 * (i % 3)) for i in range(60)] for w in range(8)}
+    slow = input_bound(data_wait_fraction=[0.0] * 60, gpu_utilization=[90.0] * 60, worker_step_seconds=workers)
+    assert [f["kind"] for f in efficiency_status(spec(), slow, {}, NOW)["findings"]] == ["SlowWorker"]
+    stored = {
+        "findings": [
+            {"kind": "Straggler", "confidence": 0.95, "since": "2026-11-22T11:00:00Z", "message": "Worker 5 runs…",
+             "worker": 5, "evidence": {"worker": "5", "peakSlowdown": "3", "baselineRatio": "1.0000"}}
+        ]
+    }  # fmt: skip
+    status = efficiency_status(spec(), slow, stored, NOW)
+    assert [(f["kind"], f["worker"], f["since"]) for f in status["findings"]] == [
+        ("Straggler", 5, "2026-11-22T11:00:00Z")
+    ]
+    assert [r["action"] for r in status["recommendations"]] == ["Reschedule"]
 
 
 def test_recommend_mode_publishes_findings_and_the_summary() -> None:

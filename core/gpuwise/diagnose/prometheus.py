@@ -111,7 +111,8 @@ def instant_queries(window: str) -> dict[str, str]:
         "batch_size": _job_max(catalog.BATCH_SIZE),
         "num_workers": _job_max(catalog.NUM_WORKERS),
         "pin_memory": f"min {BY_JOB} ({sel(catalog.PIN_MEMORY)})",
-        "autocast": f"min {BY_JOB} ({sel(catalog.AUTOCAST)})",
+        # Per process, whether any step of the window ran under autocast; a job without is one process without.
+        "autocast": f"min {BY_JOB} (max_over_time({sel(catalog.AUTOCAST)}[{window}]))",
         "cuda_reserved_peak_bytes": _job_max(catalog.CUDA_RESERVED_PEAK),
     }
 
@@ -165,10 +166,12 @@ class Prometheus:
 
 @dataclass(frozen=True)
 class JobFacts:
-    """What the caller knows of a job that Prometheus does not: its age and CPU."""
+    """What the caller knows of a job that Prometheus does not: its age, CPU and configuration."""
 
     age_seconds: float
     cpu_cores: float | None = None
+    processes_per_node: int = 1
+    gradient_accumulation_steps: int | None = None  # no metric reports it: the job's env says it
 
 
 def _key(labels: Mapping[str, str]) -> JobKey:
@@ -224,6 +227,8 @@ class Snapshot:
             gpu_model=model,
             compute_capability=compute_capability(model),
             cpu_cores=job.cpu_cores,
+            processes_per_node=job.processes_per_node,
+            gradient_accumulation_steps=job.gradient_accumulation_steps,
             batch_size=batch,
             num_workers=whole("num_workers"),
             pin_memory=flag("pin_memory"),

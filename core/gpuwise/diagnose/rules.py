@@ -10,13 +10,14 @@ matching tunable still explains itself, with an empty change set.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
-from gpuwise.api.trainingjob import ActionKind, Finding, Recommendation, Tunables
+from gpuwise.api.trainingjob import ActionKind, Finding, IntTunable, Recommendation, Tunables
 from gpuwise.decide.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
-from gpuwise.diagnose.straggler import detect_stragglers, persistent_slow_workers
+from gpuwise.diagnose.straggler import PeerRatios, episodes_in, peer_ratios, recovered, steadily_slow, still_slow
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 
 # The recommendations' `changes` keys the actions read (gpuwise.act.mig and gpuwise.act.pack
@@ -31,6 +32,9 @@ TIME_SLICING = "time-slicing"
 # A share above this leaves no room for a second job as light: the job needs its GPU.
 MAX_GPU_SHARE = 0.5
 MIB_PER_GB = 1000**3 / 2**20
+# Kinds one rule names as the evidence tips one way or the other: they share hysteresis, so a
+# finding that changes its name (more workers would help / no CPU is left for them) keeps its hold.
+FAMILIES: Final[tuple[frozenset[str], ...]] = (frozenset({"InputBound", "CPUBoundInput"}),)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class DiagnosisThresholds:
     mig_memory_margin: float = 0.2  # and its memory holds the peak plus this share
     collective_pcie_bytes: float = 50e6  # PCIe traffic (B/s per GPU, each way) below which nothing is exchanged
     collective_symmetry: float = 2.0  # sent and received within this factor of each other: collectives
+    # Hysteresis for a condition read from one figure (a window's mean or peak), where there are no
+    # samples to count: an active finding clears only once the figure is this share past its limit.
+    release_margin: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,21 @@ class Context:
     now: datetime
     active: frozenset[str]  # kinds of the findings already active (for hysteresis)
     since: dict[str, datetime]  # when each active finding first appeared
+    # The active findings as last published, by kind, for a rule whose hysteresis needs more than
+    # the kind: which worker a Straggler is, and its baseline before it slowed.
+    previous: Mapping[str, Finding] = field(default_factory=dict)
+
+    def is_active(self, kind: str) -> bool:
+        """Whether `kind`, or a kind of its family (`FAMILIES`), is active: its hysteresis applies."""
+        family = next((f for f in FAMILIES if kind in f), frozenset({kind}))
+        return not family.isdisjoint(self.active)
 
     def sustained(self, kind: str, series: Sequence[float], predicate: Callable[[float], bool]) -> bool:
-        return holds(self.window, series, predicate, active=kind in self.active, sustain=self.sustain)
+        return holds(self.window, series, predicate, active=self.is_active(kind), sustain=self.sustain)
+
+    def under(self, kind: str, value: float, limit: float) -> bool:
+        """`value < limit`, and for an active `kind` until `value` is `release_margin` past the limit."""
+        return value < limit * (1 + self.thresholds.release_margin if self.is_active(kind) else 1)
 
     def finding(self, kind: str, confidence: float, message: str, **evidence: object) -> Finding:
         return Finding(
@@ -80,23 +99,51 @@ Diagnosis = tuple[Finding, Recommendation | None]
 
 
 def idle(ctx: Context) -> Diagnosis | None:
-    """GPUs allocated, no training step for a long time: the job holds hardware it does not use."""
-    quiet = ctx.window.seconds_since_last_step
-    if quiet is None or quiet < ctx.thresholds.idle_seconds or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
+    """GPUs allocated, no training step for a long time: the job holds hardware it does not use.
+
+    A job that never made a step has no last-step series at all (the sidecar exports it from the
+    first step on), nor any other series a step makes (data wait, step times): it is idle once it
+    has been running `idle_seconds`, its sidecars report its GPUs, and their utilization stayed
+    under the job's threshold over the window. The utilization keeps a job whose trainer does not
+    report steps (instrumentation `Disabled`, or `Manual` without the call) but trains from being
+    called idle.
+    """
+    w, t = ctx.window, ctx.thresholds
+    if w.job_age_seconds < ctx.sustain.grace_seconds:
         return None
-    minutes = quiet / 60
+    quiet = w.seconds_since_last_step
+    if quiet is None:
+        if w.data_wait_fraction or w.worker_step_seconds or not w.gpus:
+            return None  # it steps (a last-step series missing from an older sidecar), or no GPU is reported
+        if not ctx.sustained("Idle", w.gpu_utilization, below(t.gpu_utilization)):
+            return None
+        quiet = w.job_age_seconds
+        what = f"No training step since the job started {quiet / 60:.0f} minutes ago"
+    else:
+        what = f"No training step for {quiet / 60:.0f} minutes"
+    if quiet < t.idle_seconds:
+        return None
     finding = ctx.finding(
         "Idle",
         0.9,
-        f"No training step for {minutes:.0f} minutes while {ctx.window.gpus} GPU(s) stay allocated.",
-        secondsSinceLastStep=quiet,
-        gpus=ctx.window.gpus,
+        f"{what} while {w.gpus} GPU(s) stay allocated.",
+        secondsSinceLastStep=w.seconds_since_last_step,
+        secondsSinceStartNoStep=quiet if w.seconds_since_last_step is None else None,
+        gpus=w.gpus,
+        gpuUtilization=w.mean(w.gpu_utilization),
     )
     return finding, None
 
 
 def input_bound(ctx: Context) -> Diagnosis | None:
-    """The GPU waits for data: many DataLoader workers or pinned memory make input keep up."""
+    """The GPU waits for data: more DataLoader workers, pinned memory and prefetching make input keep up.
+
+    DataLoader workers belong to one training process: the `numProcPerNode` processes of a pod
+    each run their own, on the pod's one CPU allowance. So a process gets the pod's cores ÷ its
+    processes, less one core for the process itself, and more workers than that only contend.
+    When even those are in use the input is CPU-bound (`CPUBoundInput`); the two names are one
+    finding for hysteresis (`FAMILIES`), so a job at that edge does not flap between them.
+    """
     w, t = ctx.window, ctx.thresholds
     waiting = ctx.sustained("InputBound", w.data_wait_fraction, at_least(t.data_wait_fraction))
     underused = ctx.sustained("InputBound", w.gpu_utilization, below(t.gpu_utilization))
@@ -106,19 +153,21 @@ def input_bound(ctx: Context) -> Diagnosis | None:
     changes: dict[str, str] = {}
     workers = ctx.tunables.data_loader_workers
     current = w.num_workers or 0
+    cores = w.cores_per_process
+    spare = int(cores) - 1 if cores is not None else None  # loader workers a process has cores for
     if workers is not None:
-        # Enough workers to hide the wait, never more than the pod's cores leave for the trainer.
+        # Enough workers to hide the wait, never more than the process's share of cores allows.
         wanted = max(current + 1, math.ceil(max(current, 1) / max(1 - wait, 0.05)))
-        cores_cap = int(w.cpu_cores) - 1 if w.cpu_cores else workers.max
-        proposal = min(wanted, workers.max, max(cores_cap, workers.min))
+        proposal = min(wanted, workers.max, max(spare if spare is not None else workers.max, workers.min))
         if proposal > current:
             changes[workers.env] = str(proposal)
     if ctx.tunables.pin_memory is not None and w.pin_memory is False:
         changes[ctx.tunables.pin_memory.env] = "1"
-    cpu_bound = w.cpu_cores is not None and current >= int(w.cpu_cores) - 1
+    cpu_bound = spare is not None and current >= spare
     message = f"{wait:.0%} of step time is spent waiting for input while GPU utilization is {util:.0f}%."
     if cpu_bound:
-        message += " The pod has no spare CPU for more loader workers: preprocessing is CPU-bound."
+        share = "The pod" if w.processes_per_node <= 1 else f"Each of the pod's {w.processes_per_node} processes"
+        message += f" {share} has no spare CPU for more loader workers: preprocessing is CPU-bound."
     finding = ctx.finding(
         "CPUBoundInput" if cpu_bound and not changes else "InputBound",
         0.5 + wait / 2,
@@ -128,13 +177,22 @@ def input_bound(ctx: Context) -> Diagnosis | None:
         numWorkers=w.num_workers,
         pinMemory=w.pin_memory,
         cpuCores=w.cpu_cores,
+        processesPerNode=w.processes_per_node if w.processes_per_node > 1 else None,
     )
+    prefetch = "raise the DataLoader's prefetch_factor (batches each worker loads ahead; 2 by default)"
+    if changes:
+        advice = f"Raise DataLoader workers and pin host memory; {prefetch}; move heavy augmentation off the step path."
+    elif cpu_bound:
+        advice = "Give the pod more CPU or move preprocessing offline; no declared tunable can fix this."
+    else:
+        advice = (
+            f"Use more DataLoader workers{f' (up to {spare} per process)' if spare else ''} and pin_memory=True; "
+            f"{prefetch}. Declare spec.efficiency.tunables.dataLoaderWorkers so gpuwise can set the workers."
+        )
     recommendation = Recommendation(
         action=ActionKind.ADJUST_CONFIG,
         finding=finding.kind,
-        message="Raise DataLoader workers and pin host memory; move heavy augmentation off the step path."
-        if changes
-        else "Give the pod more CPU or move preprocessing offline; no declared tunable can fix this.",
+        message=advice,
         changes=changes,
         expected_effect=f"up to {min(100.0, util / max(1 - wait, 0.05)):.0f}% GPU utilization",
     )
@@ -159,30 +217,83 @@ def fit_memory(points: Sequence[tuple[int, float]]) -> tuple[float, float] | Non
     return max(0.0, mean_m - slope * mean_b), slope
 
 
+def larger_batch(
+    batch: int, fits: int, *, tunable: IntTunable, accumulation: IntTunable | None, steps: int | None, keep: bool
+) -> tuple[int, int | None] | str:
+    """The batch size to raise to, and the gradient accumulation to go with it; or a reason there is none.
+
+    `fits` is the largest batch the memory model allows. Without `keep` (keepGlobalBatchSize),
+    the largest power of two that fits and the tunable allows. With it, the global batch — batch ×
+    accumulation × world size — must stay exactly what it is; the world size does not change, so
+    batch × accumulation must not either: the new batch is the largest divisor of that product
+    that fits, is larger than today's, and leaves an accumulation within its tunable's bounds.
+    That needs the accumulation tunable and the value the job runs with (`steps`).
+    """
+    if not keep:
+        proposal = min(tunable.max, 2 ** int(math.log2(fits))) if fits >= 1 else 0
+        if proposal > batch:
+            return proposal, None
+        return f"{batch} is already the largest that fits, or that the tunable's max ({tunable.max}) allows"
+    upper = min(fits, tunable.max)
+    if accumulation is None or steps is None:
+        return (
+            "keeping the global batch needs spec.efficiency.tunables.gradientAccumulationSteps and its variable "
+            "set in the trainer's env"
+        )
+    per_process = batch * steps
+    for proposal in range(min(upper, per_process), max(batch, tunable.min - 1), -1):
+        if per_process % proposal == 0 and accumulation.min <= per_process // proposal <= accumulation.max:
+            return proposal, per_process // proposal
+    return (
+        f"no larger batch keeps batch × accumulation at {per_process} within the tunables' bounds "
+        f"(batch {batch} × accumulation {steps})"
+    )
+
+
 def small_batch(ctx: Context) -> Diagnosis | None:
-    """Low memory use and low utilization: a larger batch keeps the GPU busier per step."""
+    """Low memory use and low utilization: a larger batch keeps the GPU busier per step.
+
+    The batch that fits comes from a memory model fitted to what the job reported (`fit_memory`),
+    up to `safe_memory_fraction` of the GPU; with keepGlobalBatchSize the gradient accumulation
+    goes down as the batch goes up (`larger_batch`).
+    """
     w, t = ctx.window, ctx.thresholds
     if w.memory_used_mib is None or not w.memory_total_mib or w.batch_size is None:
         return None
     used = w.memory_used_mib / w.memory_total_mib
-    if used >= t.memory_headroom:
+    if not ctx.under("SmallBatch", used, t.memory_headroom):
         return None
     if not ctx.sustained("SmallBatch", w.gpu_utilization, below(t.gpu_utilization)):
         return None
     model = fit_memory(w.memory_by_batch or [(w.batch_size, w.memory_used_mib)])
     changes: dict[str, str] = {}
-    tunable = ctx.tunables.batch_size
-    proposal = None
+    tunable, accumulation = ctx.tunables.batch_size, ctx.tunables.gradient_accumulation_steps
+    advice = "Raise the batch size; declare spec.efficiency.tunables.batchSize so gpuwise can compute it."
     if model is not None and tunable is not None:
         fixed, per_sample = model
         fits = int((t.safe_memory_fraction * w.memory_total_mib - fixed) / per_sample)
-        proposal = min(tunable.max, 2 ** int(math.log2(fits)) if fits >= 1 else 0)
-        if proposal > w.batch_size:
+        keep = ctx.tunables.keep_global_batch_size
+        chosen = larger_batch(
+            w.batch_size,
+            fits,
+            tunable=tunable,
+            accumulation=accumulation,
+            steps=w.gradient_accumulation_steps,
+            keep=keep,
+        )
+        if isinstance(chosen, str):
+            advice = f"No larger batch size to recommend: {chosen}."
+        else:
+            proposal, steps = chosen
             changes[tunable.env] = str(proposal)
-            accumulation = ctx.tunables.gradient_accumulation_steps
-            if ctx.tunables.keep_global_batch_size and accumulation is not None:
-                steps = max(1, round((w.gradient_accumulation_steps or 1) * w.batch_size / proposal))
-                changes[accumulation.env] = str(max(accumulation.min, min(accumulation.max, steps)))
+            advice = f"Raise the batch size to {proposal} (fits in {t.safe_memory_fraction:.0%} of GPU memory)"
+            if steps is not None and accumulation is not None:
+                changes[accumulation.env] = str(steps)
+                advice += (
+                    f" and gradient accumulation from {w.gradient_accumulation_steps} to {steps}: batch × "
+                    f"accumulation stays {proposal * steps}, so the global batch does not change"
+                )
+            advice += "."
     util = w.mean(w.gpu_utilization) or 0.0
     finding = ctx.finding(
         "SmallBatch",
@@ -190,15 +301,14 @@ def small_batch(ctx: Context) -> Diagnosis | None:
         f"Only {used:.0%} of GPU memory is used at batch size {w.batch_size} while utilization is {util:.0f}%.",
         memoryUsedFraction=used,
         batchSize=w.batch_size,
+        gradientAccumulationSteps=w.gradient_accumulation_steps,
         gpuUtilization=util,
         memoryModel=f"{model[0]:.0f} MiB + {model[1]:.1f} MiB/sample" if model else None,
     )
     recommendation = Recommendation(
         action=ActionKind.ADJUST_CONFIG,
         finding="SmallBatch",
-        message=f"Raise the batch size to {proposal} (fits in {t.safe_memory_fraction:.0%} of GPU memory)."
-        if changes
-        else "Raise the batch size; declare spec.efficiency.tunables.batchSize so gpuwise can compute it.",
+        message=advice,
         changes=changes,
         expected_effect="fewer, fuller kernels per sample" if changes else None,
     )
@@ -210,7 +320,9 @@ def no_mixed_precision(ctx: Context) -> Diagnosis | None:
     w = ctx.window
     if w.autocast is not False or w.compute_capability is None or w.compute_capability < (7, 0):
         return None
-    if w.tensor_activity is not None and w.tensor_activity >= ctx.thresholds.tensor_activity:
+    if w.tensor_activity is not None and not ctx.under(
+        "NoMixedPrecision", w.tensor_activity, ctx.thresholds.tensor_activity
+    ):
         return None  # tensor cores busy anyway (e.g. TF32 matmuls or a manual half model)
     if w.job_age_seconds < ctx.sustain.grace_seconds:
         return None
@@ -241,44 +353,74 @@ def straggler(ctx: Context) -> Diagnosis | None:
     Synchronous training waits for the slowest worker every step, so the whole job runs at its
     pace; replacing its pod away from its node usually restores it (a noisy neighbour, a
     throttled or failing GPU, a slow NIC). Steady per-worker differences are not stragglers.
+
+    A straggler slow for longer than the window leaves the detector nothing to compare with: the
+    window then shows a worker that has always been slow. So an active Straggler stays until that
+    worker recovers against the baseline it had before it slowed, carried in the finding's
+    evidence (`baselineRatio`) from cycle to cycle, not until the window forgets it.
     """
     series = ctx.window.worker_step_seconds
     if len(series) < 3 or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
         return None
-    samples = [(t, worker, seconds) for worker, points in series.items() for t, seconds in points]
-    latest = max(t for t, _, _ in samples)
+    ratios = peer_ratios((t, worker, seconds) for worker, points in series.items() for t, seconds in points)
+    if not ratios:
+        return None
+    latest = max(points[-1][0] for points in ratios.values())
     recent = 3 * ctx.window.sample_interval_seconds
-    ongoing = [e for e in detect_stragglers(samples) if e.end >= latest - recent]
-    if not ongoing:
-        return slow_worker(ctx, samples)
-    worst = max(ongoing, key=lambda e: e.peak_slowdown)
+    ongoing = [e for e in episodes_in(ratios) if e.end >= latest - recent]
+    if ongoing:
+        worst = max(ongoing, key=lambda e: e.peak_slowdown)
+        return _straggler(ctx, worst.worker, worst.peak_slowdown, worst.baseline, worst.start)
+    held = ctx.previous.get("Straggler") if "Straggler" in ctx.active else None
+    if held is not None and held.worker in ratios:
+        worker, baseline = held.worker, _number(held.evidence.get("baselineRatio"), 1.0)
+        if still_slow(ratios[worker], baseline):
+            peak = max(_number(held.evidence.get("peakSlowdown"), 1.0), ratios[worker][-1][1] / baseline)
+            return _straggler(ctx, worker, peak, baseline, _number(held.evidence.get("slowSinceUnixSeconds"), 0))
+    return slow_worker(ctx, ratios)
+
+
+def _number(text: str | None, default: float) -> float:
+    try:
+        return float(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _straggler(ctx: Context, worker: int, peak: float, baseline: float, start: float) -> Diagnosis:
     finding = ctx.finding(
         "Straggler",
-        min(0.95, 0.5 + (worst.peak_slowdown - 1) / 2),
-        f"Worker {worst.worker} runs {worst.peak_slowdown:.1f}x slower than its own baseline against its peers; "
+        min(0.95, 0.5 + (peak - 1) / 2),
+        f"Worker {worker} runs {peak:.1f}x slower than its own baseline against its peers; "
         "every step of the job waits for it.",
-        worker=worst.worker,
-        peakSlowdown=worst.peak_slowdown,
-        slowSinceUnixSeconds=worst.start,
+        worker=worker,
+        peakSlowdown=peak,
+        baselineRatio=f"{baseline:.4f}",
+        slowSinceUnixSeconds=int(start) if start else None,
     )
-    finding = finding.model_copy(update={"worker": worst.worker})
     recommendation = Recommendation(
         action=ActionKind.RESCHEDULE,
         finding="Straggler",
-        message=f"Replace worker {worst.worker}'s pod on another node (after a checkpoint).",
+        message=f"Replace worker {worker}'s pod on another node (after a checkpoint).",
         changes={},
-        expected_effect=f"up to {worst.peak_slowdown:.1f}x faster steps for the whole job",
+        expected_effect=f"up to {peak:.1f}x faster steps for the whole job",
     )
-    return finding, recommendation
+    return finding.model_copy(update={"worker": worker}), recommendation
 
 
-def slow_worker(ctx: Context, samples: list[tuple[float, int, float]]) -> Diagnosis | None:
+def slow_worker(ctx: Context, ratios: PeerRatios) -> Diagnosis | None:
     """A worker steadily slower than its peers (another GPU model, a busier node): milder, no action.
 
     It has always been so, so there is no episode to react to; it still costs the whole job its
-    slowdown on every step, which is worth knowing when placing the next run.
+    slowdown on every step, which is worth knowing when placing the next run. Slower in the
+    median of the window and still slower now: a straggler that just recovered is not steadily
+    slow for the rest of a window that remembers it. An active finding holds until the
+    slowdown's excess over 1 falls `release_margin` under the threshold's.
     """
-    slow = persistent_slow_workers(samples, min_slowdown=ctx.thresholds.persistent_slowdown)
+    excess = ctx.thresholds.persistent_slowdown - 1
+    if ctx.is_active("SlowWorker"):
+        excess /= 1 + ctx.thresholds.release_margin
+    slow = {w: s for w, s in steadily_slow(ratios, 1 + excess).items() if not recovered(ratios[w], 1 + excess)}
     if not slow:
         return None
     worker, slowdown = max(slow.items(), key=lambda item: item[1])
@@ -349,7 +491,7 @@ def oversized_gpu(ctx: Context) -> Diagnosis | None:
         return None
     activity, metric = compute_activity(w)
     used = w.memory_used_mib / w.memory_total_mib
-    if not activity or used >= t.memory_headroom:
+    if not activity or not ctx.under("OversizedGPU", used, t.memory_headroom):
         return None
     if (wait := w.mean(w.data_wait_fraction)) is not None and wait >= t.data_wait_fraction:
         return None

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import collections
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma from its median absolute deviation
@@ -66,6 +66,9 @@ class Episode:
     start: float
     end: float
     peak_slowdown: float  # worst sample against the worker's own baseline
+    # The worker's baseline (its usual step time ÷ its peers' median) when the episode opened: what
+    # "recovered" means once the window no longer reaches back before the episode.
+    baseline: float = field(default=1.0, compare=False)
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -102,6 +105,7 @@ class _WorkerState:
     last_slow: float = 0.0
     normal_streak: int = 0
     peak: float = 1.0
+    base: float = 1.0  # the baseline the open episode is measured against
 
     def __post_init__(self) -> None:
         self.history = collections.deque(maxlen=self.policy.baseline_samples)
@@ -112,8 +116,8 @@ class _WorkerState:
         mad = statistics.median(abs(h - base) for h in self.history)
         return base, max(MAD_TO_SIGMA * mad, self.policy.min_relative_sigma * base)
 
-    def step(self, time: float, ratio: float) -> tuple[float, float, float] | None:
-        """Feed one sample; returns (start, end, peak) when an episode closes."""
+    def step(self, time: float, ratio: float) -> tuple[float, float, float, float] | None:
+        """Feed one sample; returns (start, end, peak, baseline) when an episode closes."""
         policy = self.policy
         if len(self.history) < policy.warmup_samples:
             self.history.append(ratio)
@@ -125,7 +129,7 @@ class _WorkerState:
             self.recent.append((time, slow))
             if slow and sum(s for _, s in self.recent) >= policy.enter_count:
                 self.start = next(t for t, s in self.recent if s)
-                self.last_slow, self.normal_streak, self.peak = time, 0, slowdown
+                self.last_slow, self.normal_streak, self.peak, self.base = time, 0, slowdown, base
             elif not slow:
                 self.history.append(ratio)
             return None
@@ -141,31 +145,67 @@ class _WorkerState:
             return None
         return self.close()
 
-    def close(self) -> tuple[float, float, float] | None:
+    def close(self) -> tuple[float, float, float, float] | None:
         if self.start is None:
             return None
-        episode = (self.start, self.last_slow, self.peak)
+        episode = (self.start, self.last_slow, self.peak, self.base)
         self.start = None
         self.recent.clear()
         return episode
+
+
+PeerRatios = Mapping[int, Sequence[tuple[float, float]]]  # per worker: (time, step time ÷ peers' median)
 
 
 def detect_stragglers(
     samples: Iterable[tuple[float, int, float]], policy: StragglerPolicy | None = None
 ) -> list[Episode]:
     """Straggler episodes in (time, worker, step time) samples, in time order."""
+    return episodes_in(peer_ratios(samples), policy)
+
+
+def episodes_in(ratios: PeerRatios, policy: StragglerPolicy | None = None) -> list[Episode]:
+    """Straggler episodes in workers' peer ratios (`peer_ratios`), in time order."""
     policy = policy or StragglerPolicy()
     episodes: list[Episode] = []
-    for worker, series in peer_ratios(samples).items():
+    for worker, series in ratios.items():
         state = _WorkerState(policy)
         closed = [state.step(time, ratio) for time, ratio in series] + [state.close()]
-        episodes += [Episode(worker, start, end, peak) for start, end, peak in filter(None, closed)]
+        episodes += [Episode(worker, *episode) for episode in filter(None, closed)]
     return sorted(episodes, key=lambda e: (e.start, e.worker))
+
+
+def recovered(ratios: Sequence[tuple[float, float]], limit: float, policy: StragglerPolicy | None = None) -> bool:
+    """Whether a worker's last `exit_after` peer ratios are all under `limit`: the detector's exit rule.
+
+    Too few samples to tell is not recovered.
+    """
+    policy = policy or StragglerPolicy()
+    recent = ratios[-policy.exit_after :]
+    return len(recent) == policy.exit_after and all(ratio < limit for _, ratio in recent)
+
+
+def still_slow(ratios: Sequence[tuple[float, float]], baseline: float, policy: StragglerPolicy | None = None) -> bool:
+    """Whether a straggler is still slow, from its latest peer ratios and its baseline before the episode.
+
+    The detector's own exit rule (`recovered` under `stay_slowdown` × the baseline), for an
+    episode that opened before the samples at hand. Once a straggler has been slow for longer
+    than the window, the window holds no baseline to compare with, and the detector would take
+    the slow ratio for the worker's normal; the caller carries the baseline over from when the
+    episode opened (`Episode.baseline`).
+    """
+    policy = policy or StragglerPolicy()
+    return not recovered(ratios, policy.stay_slowdown * baseline, policy)
 
 
 def persistent_slow_workers(
     samples: Iterable[tuple[float, int, float]], min_slowdown: float = 1.05
 ) -> Mapping[int, float]:
     """Workers steadily slower than their peers over the whole series (median peer ratio)."""
-    typical = {w: statistics.median(r for _, r in series) for w, series in peer_ratios(samples).items()}
+    return steadily_slow(peer_ratios(samples), min_slowdown)
+
+
+def steadily_slow(ratios: PeerRatios, min_slowdown: float = 1.05) -> Mapping[int, float]:
+    """Workers whose median peer ratio (`peer_ratios`) is at least `min_slowdown`, with that median."""
+    typical = {w: statistics.median(r for _, r in series) for w, series in ratios.items()}
     return {w: round(ratio, 3) for w, ratio in sorted(typical.items()) if ratio >= min_slowdown}

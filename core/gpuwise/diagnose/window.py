@@ -70,11 +70,12 @@ class JobWindow:
     gpu_model: str | None = None
     compute_capability: tuple[int, int] | None = None
     cpu_cores: float | None = None  # the pod's CPU limit (or request), bounds loader workers
+    processes_per_node: int = 1  # training processes sharing those cores (numProcPerNode), each with its loaders
     batch_size: int | None = None
     num_workers: int | None = None
     pin_memory: bool | None = None
     autocast: bool | None = None
-    gradient_accumulation_steps: int | None = None
+    gradient_accumulation_steps: int | None = None  # what the job runs with (its declared tunable's env value)
     # (batch size, peak CUDA memory in MiB) pairs the job reported, for the memory model.
     memory_by_batch: Sequence[tuple[int, float]] = field(default_factory=tuple)
     # Per worker index: (unix time, mean step seconds) samples, for stragglers.
@@ -91,6 +92,11 @@ class JobWindow:
 
     def mean(self, series: Sequence[float]) -> float | None:
         return sum(series) / len(series) if series else None
+
+    @property
+    def cores_per_process(self) -> float | None:
+        """The pod's CPU shared among its training processes: what one process's DataLoader workers can use."""
+        return self.cpu_cores / max(1, self.processes_per_node) if self.cpu_cores else None
 
 
 def below(limit: float) -> Callable[[float], bool]:

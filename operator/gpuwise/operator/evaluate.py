@@ -29,8 +29,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import kopf
 
+from gpuwise.act import overrides as job_overrides
+from gpuwise.act.adjust_config import current_env
+from gpuwise.act.machine import JobView
 from gpuwise.api.base import parse_duration
-from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Phase, TrainingJobSpec
+from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase, TrainingJobSpec
 from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import JobWindow, Sustain
@@ -62,6 +65,27 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
+def gradient_accumulation_steps(body: Mapping[str, Any], spec: TrainingJobSpec) -> int | None:
+    """The accumulation the job runs with: the value of its declared tunable's variable.
+
+    No metric reports it, so it is read where gpuwise sets it: the trainer's env with gpuwise's
+    overrides on top (`current_env`, what AdjustConfig reads too). None when the tunable is not
+    declared or its variable is not a plain whole number there: the trainer's own default is
+    unknown, and guessing 1 would change the global batch of a job that asked to keep it.
+    """
+    tunable = spec.efficiency.tunables.gradient_accumulation_steps
+    if tunable is None:
+        return None
+    try:
+        overrides = job_overrides.wanted(body)
+    except job_overrides.OverridesError:
+        overrides = job_overrides.NONE
+    meta = body.get("metadata", {})
+    view = JobView(meta.get("namespace", ""), meta.get("name", ""), body, spec, overrides)
+    value = current_env(view).get(tunable.env, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def job_facts(body: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> prometheus.JobFacts:
     started = _parse_time((body.get("status") or {}).get("startTime")) or _parse_time(
         body.get("metadata", {}).get("creationTimestamp")
@@ -71,12 +95,14 @@ def job_facts(body: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> 
     return prometheus.JobFacts(
         age_seconds=(now - started).total_seconds() if started else 0.0,
         cpu_cores=cpu_cores(limits.get("cpu", requests.get("cpu"))),
+        processes_per_node=spec.trainer.num_proc_per_node,
+        gradient_accumulation_steps=gradient_accumulation_steps(body, spec),
     )
 
 
 def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> JsonDict:
     """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
-    old_findings = {f["kind"]: f for f in previous.get("findings") or []}
+    old_findings = {f["kind"]: Finding.model_validate(f) for f in previous.get("findings") or []}
     diagnoses = []
     if spec.efficiency.mode is not EfficiencyMode.OBSERVE:
         context = Context(
@@ -86,7 +112,8 @@ def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mappin
             sustain=Sustain(),
             now=now,
             active=frozenset(old_findings),
-            since={kind: datetime.fromisoformat(f["since"].replace("Z", "+00:00")) for kind, f in old_findings.items()},
+            since={kind: finding.since for kind, finding in old_findings.items()},
+            previous=old_findings,
         )
         diagnoses = diagnose(context)
     used, total = window.memory_used_mib, window.memory_total_mib
