@@ -133,6 +133,43 @@ def test_sidecar_is_native_hardened_and_gates_the_trainer() -> None:
     assert {"name": "gpuwise-runtime", "mountPath": "/var/run/gpuwise"} in injected["containers"][0]["volumeMounts"]
 
 
+def field(path: str) -> dict[str, Any]:
+    return {"fieldRef": {"fieldPath": path}}
+
+
+def test_sidecar_knows_its_pod_and_shares_the_socket_dir_with_the_trainer() -> None:
+    pod = render(numNodes=2)["spec"]["template"]["spec"]
+    sidecar = next(c for c in pod["initContainers"] if c["name"] == "gpuwise-sidecar")
+    trainer = pod["containers"][0]
+    # The downward API gives the sidecar what labels its series: pod, namespace, node, worker index.
+    assert {k: v for k, v in env(sidecar).items() if k.startswith("GPUWISE_")} == {
+        "GPUWISE_POD_NAME": field("metadata.name"),
+        "GPUWISE_POD_NAMESPACE": field("metadata.namespace"),
+        "GPUWISE_NODE_NAME": field("spec.nodeName"),
+        "GPUWISE_WORKER_INDEX": field("metadata.annotations['batch.kubernetes.io/job-completion-index']"),
+        "GPUWISE_TRAININGJOB": "llama",
+    }
+    assert env(trainer)["RANK"] == env(sidecar)["GPUWISE_WORKER_INDEX"], "worker index = node rank"
+    # One emptyDir, mounted by both at the directory of the socket the sidecar binds and the trainer sends to.
+    assert [v for v in pod["volumes"] if v["name"] == "gpuwise-runtime"] == [
+        {"name": "gpuwise-runtime", "emptyDir": {}}
+    ]
+    runtime = {"name": "gpuwise-runtime", "mountPath": "/var/run/gpuwise"}
+    assert sidecar["volumeMounts"] == [runtime]
+    assert trainer["volumeMounts"].count(runtime) == 1
+    assert "--socket=/var/run/gpuwise/steps.sock" in sidecar["args"]
+    assert env(trainer)["GPUWISE_SOCKET"] == "/var/run/gpuwise/steps.sock"
+    assert "--instrument-dir=/var/run/gpuwise/python" in sidecar["args"]
+    assert env(trainer)["PYTHONPATH"] == "/var/run/gpuwise/python"
+
+
+def test_a_webhook_injected_sidecar_reads_its_trainingjob_from_the_pod_label() -> None:
+    injected = inject_sidecar({"containers": [{"name": "t", "image": "i"}]}, settings=SidecarSettings())
+    assert env(injected["initContainers"][0])["GPUWISE_TRAININGJOB"] == field(
+        "metadata.labels['gpuwise.io/trainingjob']"
+    )
+
+
 def test_injection_is_idempotent_and_leaves_the_input_alone() -> None:
     pod = {
         "initContainers": [{"name": "fetch-data", "image": "busybox"}],
