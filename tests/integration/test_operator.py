@@ -350,14 +350,7 @@ def kubectl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_kubectl_creates_the_example(cluster: Cluster, operator: Operator) -> None:
-    result = subprocess.run(
-        ["kubectl", "create", "-f", str(EXAMPLE), "--validate=false"],
-        env=cluster.emulator.client_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = kubectl(cluster, "create", "-f", str(EXAMPLE), "--validate=false")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "trainingjob.gpuwise.io/resnet50 created"
     job = eventually(lambda: job_of(cluster, "resnet50"), what="the example's Job")
@@ -366,16 +359,13 @@ def test_kubectl_creates_the_example(cluster: Cluster, operator: Operator) -> No
     assert trainer["resources"] == example["spec"]["trainer"]["resourcesPerNode"]
     assert {"name": "gpuwise-shm", "mountPath": "/dev/shm"} in trainer["volumeMounts"]
     assert job["spec"]["backoffLimit"] == 3
-    got = subprocess.run(
-        ["kubectl", "get", "tj", "resnet50", "-n", "default", "-o", "jsonpath={.status.phase}"],
-        env=cluster.emulator.client_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert got.returncode == 0, got.stderr
-    assert got.stdout in {"", "Pending"}
+
+    def kubectl_phase() -> str:
+        got = kubectl(cluster, "get", "tj", "resnet50", "-n", "default", "-o", "jsonpath={.status.phase}")
+        assert got.returncode == 0, got.stderr
+        return got.stdout
+
+    eventually(lambda: kubectl_phase() == "Pending", interval=0.5, what="kubectl to show phase Pending")
 
 
 def test_without_the_operator_deletion_waits_for_the_finalizer_the_readme_says_how_to_remove(

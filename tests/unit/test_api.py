@@ -103,12 +103,10 @@ def test_bad_input_names_the_field(raw: dict[str, object], where: str, says: str
 
 
 def test_yaml_off_is_not_an_instrumentation_mode() -> None:
-    # YAML 1.1 reads an unquoted Off as the boolean false: no enum value may look like one.
+    # YAML 1.1 reads an unquoted Off as the boolean false (every enum is checked in test_crd.py).
     raw = yaml.safe_load("trainer: {image: x}\ntelemetry: {instrumentation: Off}\n")
     assert raw["telemetry"]["instrumentation"] is False
     assert errors(raw)[0][0] == "telemetry.instrumentation"
-    for value in Instrumentation:
-        assert isinstance(yaml.safe_load(f"v: {value.value}")["v"], str)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("15m", 900), ("1h30m", 5400), ("250ms", 0.25)])

@@ -88,6 +88,26 @@ def test_crd_shape() -> None:
     assert spec["trainer"]["properties"]["env"]["x-kubernetes-list-map-keys"] == ["name"]
 
 
+# Every plain scalar YAML 1.1 reads as a boolean (kubectl's Go YAML and PyYAML follow YAML 1.1).
+YAML_1_1_BOOLEANS = frozenset(
+    case(word) for word in ("y", "n", "yes", "no", "true", "false", "on", "off") for case in (str, str.title, str.upper)
+)
+# Kubernetes' own convention (metav1.Condition): gpuwise writes it as JSON, nobody types it in YAML.
+CONDITION_STATUS = (".status.conditions[].status", ("True", "False", "Unknown"))
+
+
+def test_no_enum_value_is_another_type_to_a_yaml_reader(schema: dict[str, Any]) -> None:
+    """An unquoted `instrumentation: Off` reaches the API server as false: no enum may look like that."""
+    enums = {path: tuple(node["enum"]) for path, node in nodes(schema) if "enum" in node}
+    assert {".spec.telemetry.instrumentation", ".spec.efficiency.mode", ".status.phase"} <= set(enums)
+    assert enums.pop(CONDITION_STATUS[0]) == CONDITION_STATUS[1]
+    for path, values in enums.items():
+        for value in values:
+            assert isinstance(value, str), f"{path}: {value!r}"
+            assert value not in YAML_1_1_BOOLEANS, f"{path}: {value!r} is a boolean in YAML 1.1"
+            assert yaml.safe_load(f"v: {value}")["v"] == value, f"{path}: {value!r} does not stay a string"
+
+
 def test_examples_validate(schema: dict[str, Any]) -> None:
     examples = sorted((ROOT / "examples").glob("*.yaml"))
     assert examples
