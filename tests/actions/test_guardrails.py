@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuwise import wiring
-from gpuwise.act.guardrails import Fleet, budget_refusal, job_refusal, window_open
+from gpuwise.act.guardrails import Fleet, budget_refusal, job_refusal, reverted_before, window_open
 from gpuwise.act.machine import JobView, Plan, new_record, transition
 from gpuwise.act.overrides import NONE
 from gpuwise.act.settings import ActionSettings, Budget
@@ -108,10 +108,12 @@ def test_per_job_guardrails_in_order() -> None:
     assert refusal(view(pod={"annotations": {wiring.ANNOTATION_DO_NOT_DISRUPT: "true"}})) == "DoNotDisrupt"
     assert refusal(view({wiring.ANNOTATION_DO_NOT_DISRUPT: "false"})) is None
     assert refusal(view(checkpoint={"enabled": False})) == "CheckpointDisabled"
+    assert refusal(view(telemetry={"instrumentation": "Disabled"})) == "InstrumentationDisabled"
+    assert refusal(view(telemetry={"instrumentation": "Manual"})) is None
     no_restart = Plan(target=NONE, message="nothing to restart", restart=False)
     assert (
         job_refusal(
-            view(checkpoint={"enabled": False}),
+            view(checkpoint={"enabled": False}, telemetry={"instrumentation": "Disabled"}),
             kind=ActionKind.RESCHEDULE,
             plan=no_restart,
             records=[],
@@ -131,3 +133,29 @@ def test_per_job_guardrails_in_order() -> None:
     dry = transition(earlier, ActionState.DRY_RUN, "DryRun", "would", NOW - timedelta(hours=1))
     assert refusal(view(), [done, dry]) == "Cooldown"
     assert refusal(view(), [done, dry], at=NOW + timedelta(hours=1)) is None, "dry runs do not count"
+
+
+def test_a_change_reverted_as_worse_is_not_made_again() -> None:
+    """Again means the same settings moved the same way: a recommended figure varies a little from
+    one window to the next (4 workers, then 6), and raising the workers made the job slower."""
+    job = view(trainer={"image": "x", "env": [{"name": "NUM_WORKERS", "value": "2"}]})
+    started = new_record(ActionKind.ADJUST_CONFIG, "InputBound", PLAN, NONE, NOW - timedelta(hours=3))
+    started = started.model_copy(update={"changes": {"NUM_WORKERS": "4"}})
+    worse = transition(started, ActionState.ROLLED_BACK, "Worse", "slower", NOW - timedelta(hours=2))
+
+    def again(kind: ActionKind = ActionKind.ADJUST_CONFIG, record: Any = worse, **changes: str) -> str | None:
+        plan = Plan(target=PLAN.target, message="m", changes=changes)
+        refusal = reverted_before(job, kind, plan, [record])
+        return refusal.message if refusal else None
+
+    message = again(NUM_WORKERS="6")
+    assert message is not None and message.startswith(f"action {started.id} made the same change (NUM_WORKERS=4)")
+    assert again(NUM_WORKERS="4", AMP="1") is not None, "with something else, still the same change"
+    assert again(NUM_WORKERS="1") is None, "the other way"
+    assert again(AMP="1") is None, "another setting"
+    assert again(ActionKind.RESCHEDULE, NUM_WORKERS="6") is None
+    failed = transition(started, ActionState.ROLLED_BACK, "MigConfigFailed", "no", NOW)  # never ran: not judged
+    assert again(record=failed, NUM_WORKERS="4") is None
+    sliced = worse.model_copy(update={"action": ActionKind.MIG_REPARTITION, "changes": {"migProfile": "1g.10gb"}})
+    assert again(ActionKind.MIG_REPARTITION, sliced, migProfile="1g.10gb") is not None
+    assert again(ActionKind.MIG_REPARTITION, sliced, migProfile="2g.20gb") is None, "a larger slice may do"

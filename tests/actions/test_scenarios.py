@@ -145,7 +145,10 @@ def test_adjust_config_end_to_end_survives_an_operator_restart(
     assert uid_of_job(cluster, "bert") == new_job["metadata"]["uid"]
 
 
-def test_a_change_that_made_the_job_slower_is_reverted(cluster: Cluster, operator: Operator, bert: Trainer) -> None:
+@pytest.mark.parametrize("operator_settings", [{"cooldown": "1s"}])
+def test_a_change_that_made_the_job_slower_is_reverted_and_not_made_again(
+    cluster: Cluster, operator: Operator, bert: Trainer
+) -> None:
     job = start(cluster, trainingjob("bert"))
     waiting = eventually(
         lambda: in_state(cluster, "bert", "WaitingForCheckpoint"), timeout=30, what="a checkpoint request"
@@ -180,6 +183,16 @@ def test_a_change_that_made_the_job_slower_is_reverted(cluster: Cluster, operato
     tj = cluster.trainingjob("bert") or {}
     assert wiring.API_GROUP + "/overrides" not in (tj["metadata"].get("annotations") or {})
 
+    # The cooldown (1 s) is over and more DataLoader workers are still recommended: not tried again.
+    (refused,) = eventually(lambda: events(cluster, "ActionNotTaken", "bert"), timeout=20, what="ActionNotTaken")
+    assert (
+        "(RevertedBefore)" in refused["message"]
+        and f"action {waiting['id']} made the same change" in refused["message"]
+    )
+    time.sleep(2)  # cycles in which it would have been tried again
+    assert status_of(cluster, "bert")["recommendations"][0]["action"] == "AdjustConfig", "still recommended"
+    assert len(actions_of(cluster, "bert")) == 1
+
 
 def test_no_acknowledgement_no_restart(cluster: Cluster, operator: Operator, bert: Trainer) -> None:
     job = start(cluster, trainingjob("bert", checkpoint={"timeoutSeconds": 2}))
@@ -197,7 +210,9 @@ def test_no_acknowledgement_no_restart(cluster: Cluster, operator: Operator, ber
     [
         ({"checkpoint": {"enabled": False}}, "CheckpointDisabled"),
         ({"pod": {"annotations": {wiring.ANNOTATION_DO_NOT_DISRUPT: "true"}}}, "DoNotDisrupt"),
+        ({"telemetry": {"instrumentation": "Disabled"}}, "InstrumentationDisabled"),  # nothing can answer
     ],
+    ids=["checkpoint-disabled", "do-not-disrupt", "instrumentation-disabled"],
 )
 def test_jobs_that_must_not_be_restarted_keep_recommending(
     cluster: Cluster, operator: Operator, bert: Trainer, change: dict[str, Any], reason: str

@@ -7,12 +7,17 @@ an Event, so the user sees why nothing happened. The checks, in order:
   `actions.kinds` (the chart lists only the kinds its RBAC grants);
 - the job or its pods are annotated `gpuwise.io/do-not-disrupt: "true"`;
 - the action restarts the job but `spec.checkpoint.enabled` is false: never restarted;
+- the action restarts the job but `spec.telemetry.instrumentation` is `Disabled`: nothing in the
+  job can answer the checkpoint handshake, so the action could only time out;
 - the job has run less than `minRuntime`;
 - the job has had `maxActionsPerJob` actions (dry runs aside);
 - the last action (or dry run) ended less than `cooldown` ago;
 - a disruption budget is used up: every budget that covers the job's namespace and is active now
   (always, or inside its cron window) allows `jobs` actions at once, a count or a share of the
   running TrainingJobs it covers; the most restrictive wins.
+
+Before all of these, per recommendation (:func:`reverted_before`): the same change was made to the
+job before and reverted because it made the job slower; it is not made again.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from datetime import datetime, timedelta
 from croniter import croniter
 
 from gpuwise import wiring
-from gpuwise.act.machine import JobView, Plan, Refusal
+from gpuwise.act.adjust_config import current_env
+from gpuwise.act.machine import WORSE, JobView, Plan, Refusal
 from gpuwise.act.settings import EVERY_NAMESPACE, ActionSettings, Budget, budget_name
 from gpuwise.api.base import parse_duration
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState
+from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Instrumentation
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,39 @@ def counted(records: Sequence[ActionRecord]) -> list[ActionRecord]:
     return [r for r in records if r.state is not ActionState.DRY_RUN]
 
 
+def _way(value: str, now: str | None) -> str:
+    """Where a change takes a setting: a whole number up or down from what the job runs with
+    now, anything else to that very value."""
+    try:
+        return "up" if int(value) > int(now or "") else "down"
+    except ValueError:
+        return f"to {value}"
+
+
+def reverted_before(job: JobView, kind: ActionKind, plan: Plan, records: Sequence[ActionRecord]) -> Refusal | None:
+    """Whether `plan` makes again a change that was made to this job and reverted because it made
+    the job slower: the same kind, moving every setting that change moved the same way (a whole
+    number up or down from what the job runs with now, as a recommendation's figure varies from
+    one window to the next; anything else to the same value). Trying it again would only cost two
+    more restarts. The records hold every action that happened (only dry runs are trimmed first).
+    """
+    now = current_env(job)
+    for record in records:
+        if (record.action, record.state, record.reason) != (kind, ActionState.ROLLED_BACK, WORSE):
+            continue
+        if all(
+            key in plan.changes and _way(plan.changes[key], now.get(key)) == _way(value, now.get(key))
+            for key, value in record.changes.items()
+        ):
+            changed = ", ".join(f"{key}={value}" for key, value in sorted(record.changes.items()))
+            return Refusal(
+                "RevertedBefore",
+                f"action {record.id} made the same change ({changed}) and was reverted at "
+                f"{record.updated_at:%Y-%m-%d %H:%M:%S}: the job ran slower with it",
+            )
+    return None
+
+
 def job_refusal(
     job: JobView,
     *,
@@ -107,6 +146,12 @@ def job_refusal(
         return Refusal(
             "CheckpointDisabled",
             "the action restarts the job and spec.checkpoint.enabled is false: gpuwise never restarts it",
+        )
+    if plan.restart and job.spec.telemetry.instrumentation is Instrumentation.DISABLED:
+        return Refusal(
+            "InstrumentationDisabled",
+            "the action restarts the job after a checkpoint handshake, and with spec.telemetry.instrumentation "
+            "Disabled nothing in the job can answer it",
         )
     min_runtime = parse_duration(settings.min_runtime)
     if started_at is None or (now - started_at).total_seconds() < min_runtime:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
@@ -50,6 +50,8 @@ from gpuwise.api.trainingjob import (
 from gpuwise.operator.kube import Kube
 
 JsonDict = dict[str, Any]
+# The reason of a verdict, and of the rollback, when a change made the job slower.
+WORSE: Final = "Worse"
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ def compare(before: Measurement | None, after: Measurement | None, tolerance: fl
         if old is None or new is None:
             continue
         if new < old * (1 - tolerance):
-            return Verdict(False, "Worse", f"{unit} fell from {old:.3g} to {new:.3g}")
+            return Verdict(False, WORSE, f"{unit} fell from {old:.3g} to {new:.3g}")
         return Verdict(True, "Improved" if new > old else "NoWorse", f"{unit}: {old:.3g} before, {new:.3g} after")
     return Verdict(True, "NotMeasured", "no throughput or utilization on both sides to compare")
 

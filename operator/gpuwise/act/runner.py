@@ -25,6 +25,7 @@ from gpuwise.act import checkpoint, guardrails
 from gpuwise.act import overrides as job_overrides
 from gpuwise.act.checkpoint import Acks
 from gpuwise.act.machine import (
+    WORSE,
     ActContext,
     Action,
     ActionFailed,
@@ -103,7 +104,7 @@ class Runner:
         self.meter = meter
         self._plan_lock = asyncio.Lock()
         self._written: dict[JobKey, list[ActionRecord]] = {}
-        self._told: dict[JobKey, str] = {}
+        self._told: dict[JobKey, set[str]] = {}  # refusals already told, until the job's next action
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -175,6 +176,10 @@ class Runner:
             if isinstance(plan, Refusal):
                 self._refused(job, recommendation, plan)
                 continue
+            reverted = guardrails.reverted_before(job, recommendation.action, plan, records)
+            if reverted is not None:
+                self._refused(job, recommendation, reverted)
+                continue
             at = now()
             refusal = guardrails.job_refusal(
                 job,
@@ -211,12 +216,13 @@ class Runner:
             return
 
     def _refused(self, job: JobView, recommendation: Recommendation, refusal: Refusal) -> None:
-        """Say once (per reason) why a recommendation stays a recommendation."""
-        key = (job.namespace, job.name)
+        """Say once (per action and reason, until the job's next action) why a recommendation stays
+        one: a job with several refused recommendations gets one Event for each, not one a cycle."""
         said = f"{recommendation.action}:{refusal.reason}"
-        if self._told.get(key) == said:
+        told = self._told.setdefault((job.namespace, job.name), set())
+        if said in told:
             return
-        self._told[key] = said
+        told.add(said)
         kopf.info(
             as_body(dict(job.body)),
             reason="ActionNotTaken",
@@ -365,9 +371,9 @@ class Runner:
         verdict = self.kinds[record.action].verify(measured, self.settings)
         if verdict.keep:
             return transition(measured, ActionState.DONE, verdict.reason, verdict.message, at)
-        reverting = measured.model_copy(update={"reverting": True, "details": {**record.details, "failure": "Worse"}})
+        reverting = measured.model_copy(update={"reverting": True, "details": {**record.details, "failure": WORSE}})
         return await self._request_checkpoint(
-            job, reverting, "Worse", f"{verdict.message}: reverting to the previous configuration. ", at
+            job, reverting, WORSE, f"{verdict.message}: reverting to the previous configuration. ", at
         )
 
     # --- writing ----------------------------------------------------------------------------
