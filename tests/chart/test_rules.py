@@ -69,6 +69,12 @@ def threshold_gauge(job: str) -> str:
     return f"{catalog.JOB_GPU_UTIL_THRESHOLD.name}{{{labels}}}"
 
 
+def finding_gauge(job: str, kind: str) -> str:
+    """The operator's export of a finding it holds on a job."""
+    labels = f'job="{OPERATOR_JOB}", instance="op:8080", namespace="team", trainingjob="{job}", kind="{kind}"'
+    return f"{catalog.JOB_FINDING.name}{{{labels}}}"
+
+
 # Busy, but every 12th sample dips under the threshold (8 % of samples): bursty, not underused.
 BURSTY = {**job_gpus("bursty", 2, every(12, 95, 5)), **steps("bursty", [1.0, 1.0])}
 
@@ -248,19 +254,41 @@ CASES = [
         ],
     ),
     Case(
-        "one worker of three takes twice as long per step",
-        {**job_gpus("bert", 3, "90x40"), **steps("bert", [1.0, 1.0, 2.0])},
+        "a job whose GPUs are allocated but that never makes a step",
+        {
+            **job_gpus("bert", 2, "3x40"),  # no last-step series at all
+            **job_gpus("uninstrumented", 1, "90x40"),  # reports no steps either, but its GPU is busy
+        },
         [
-            ("10m", "GpuwiseJobStraggler", []),
-            ("16m", "GpuwiseJobStraggler", [{**BERT, "pod": "bert-2"}]),
+            ("10m", "GpuwiseJobIdle", []),  # 11 of the window's 15 samples: not yet covered
+            ("12m", "GpuwiseJobIdle", [BERT]),
+            ("30m", "GpuwiseJobIdle", [BERT]),
         ],
     ),
     Case(
-        "the operator holds a finding for a while, then it clears",
+        "one worker of three takes twice as long per step, and the operator finds a Straggler",
         {
-            f'{catalog.JOB_FINDING.name}{{job="{OPERATOR_JOB}", instance="op:8080", namespace="team", '
-            'trainingjob="bert", kind="InputBound"}': "_x5 0.8x10",
+            **job_gpus("bert", 3, "90x40"),
+            **steps("bert", [1.0, 1.0, 2.0]),
+            finding_gauge("bert", "Straggler"): "_x5 0.9x35",
         },
+        [
+            ("3m", "GpuwiseJobStraggler", []),  # slow, but not yet a finding: no alert
+            ("16m", "GpuwiseJobStraggler", [{**BERT, "pod": "bert-2"}]),  # only the slowest worker
+        ],
+    ),
+    Case(
+        "a worker steadily 1.3x slower than its peers is no straggler (the operator finds SlowWorker)",
+        {
+            **job_gpus("bert", 3, "90x40"),
+            **steps("bert", [1.0, 1.0, 1.3]),
+            finding_gauge("bert", "SlowWorker"): "_x5 0.3x35",
+        },
+        [(f"{minute}m", "GpuwiseJobStraggler", []) for minute in (10, 16, 25, 40)],
+    ),
+    Case(
+        "the operator holds a finding for a while, then it clears",
+        {finding_gauge("bert", "InputBound"): "_x5 0.8x10"},
         [
             ("3m", "GpuwiseJobFinding", []),
             ("7m", "GpuwiseJobFinding", [{**BERT, "kind": "InputBound"}]),
@@ -357,12 +385,11 @@ def test_expected_reasons_are_the_sidecar_s() -> None:
 
 
 def test_efficiency_rules_use_the_diagnosis_s_thresholds() -> None:
-    # The rules and the operator agree on what underused, sustained and straggling mean.
+    # The rules and the operator agree on what underused, sustained and idle mean (stragglers are the operator's).
     from gpuwise.diagnose.rules import DiagnosisThresholds
-    from gpuwise.diagnose.straggler import StragglerPolicy
     from gpuwise.diagnose.window import Sustain
     from gpuwise.observability import rules
 
     assert DiagnosisThresholds().gpu_utilization == rules.UNDERUSED_PERCENT
-    assert StragglerPolicy().min_slowdown == rules.STRAGGLER_SLOWDOWN
+    assert DiagnosisThresholds().idle_seconds == rules.IDLE_SECONDS
     assert (Sustain().hold_fraction, Sustain().min_coverage) == (rules.SUSTAINED_SHARE, rules.MIN_COVERAGE)

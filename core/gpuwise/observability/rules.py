@@ -181,10 +181,8 @@ WINDOW_STEPS: Final = 15
 MIN_COVERAGE: Final = 0.8
 # GPUs allocated and no training step for this long: idle.
 IDLE_SECONDS: Final = 600
-# A worker whose mean step time is this many times its job's median is a straggler
-# (StragglerPolicy.min_slowdown).
-STRAGGLER_SLOWDOWN: Final = 1.25
 BY_JOB: Final = "by (namespace, trainingjob)"
+ON_JOB: Final = "on (namespace, trainingjob)"
 
 
 def sustained(expr: str, condition: str, alert: str, by: str) -> str:
@@ -228,42 +226,49 @@ def worker_step_seconds() -> str:
     return f"sum {by} ({total}) / sum {by} ({count})"
 
 
+def engine_finding(kind: str) -> str:
+    """Per TrainingJob, the confidence of the operator's `kind` finding, while it holds it."""
+    matcher = f'kind="{kind}"'
+    return f"max {BY_JOB} ({sel(catalog.JOB_FINDING, matcher)})"
+
+
 def efficiency() -> RuleGroup:
     """Underused, idle and straggling jobs, and every finding the operator holds.
 
-    Underutilization and stragglers are computed from the telemetry, not from the operator's
+    Underutilization and idleness are computed from the telemetry, not from the operator's
     gauges: they then work in every mode (Observe publishes no findings), without the operator
     running, and on the raw samples, which is what "sustained" is about (the operator's
     `gpuwise_job_gpu_utilization_percent` is a window mean: a mean cannot tell a bursty job from a
-    sustained one). The straggler rule compares each worker's step time to its job's median,
-    because the operator's straggler detector is not yet in its loop; once it is, its findings
-    reach `GpuwiseJobFinding` (kind="Straggler") like any other. Its limit: step time is measured
-    from one step's end to the next, and in strictly synchronous all-reduce training every worker
-    waits for the slowest, so their step times even out; the detector, which also follows each
-    worker against its own baseline, is the better source there.
+    sustained one). A job that never made a step has no last-step series; it is idle when its
+    sidecars have reported its GPUs, under its utilization threshold, over a well-covered window
+    (the diagnosis' Idle rule, gpuwise.diagnose.rules.idle).
 
-    `GpuwiseJobFinding` reads the operator's gauges, whose `namespace` label is the TrainingJob's:
-    the operator's scrape must honour it (ServiceMonitor `honorLabels: true`), or Prometheus keeps
-    it as `exported_namespace` and sets `namespace` to the operator's own.
+    Stragglers are the operator's: a worker is one when it slowed against its own baseline and its
+    peers (gpuwise.diagnose.straggler), which PromQL cannot follow — comparing each worker with its
+    job's median alone fires on a worker that has always been a little slower (the milder
+    SlowWorker finding), and following it against its own past needs the baseline the operator
+    carries across cycles. So `GpuwiseJobStraggler` fires while the operator holds a Straggler
+    finding, and names the job's slowest worker pod now (step time over the job's median).
+
+    Alerts on the operator's gauges (`GpuwiseJobStraggler`, `GpuwiseJobFinding`) need its scrape
+    to honour the gauges' `namespace` label, the TrainingJob's (ServiceMonitor `honorLabels:
+    true`), or Prometheus keeps it as `exported_namespace` and sets `namespace` to the operator's.
     """
     job = "{{ $labels.namespace }}/{{ $labels.trainingjob }}"
-    ratio = (
-        f"({worker_step_seconds()}) / on (namespace, trainingjob) group_left "
-        f"quantile {BY_JOB} (0.5, {worker_step_seconds()})"
-    )
+    ratio = f"({worker_step_seconds()}) / {ON_JOB} group_left quantile {BY_JOB} (0.5, {worker_step_seconds()})"
     last_step = f"max {BY_JOB} ({sel(catalog.LAST_STEP)})"
     gpus = f"count {BY_JOB} ({with_trainingjob(sel(catalog.GPU_UTIL))})"
+    underused = f"< bool {ON_JOB} {job_utilization_threshold()}"
+    never_stepped = (
+        f"({gpus} unless {ON_JOB} {last_step}) and {ON_JOB} "
+        f"({sustained(job_gpu_utilization(), underused, 'GpuwiseJobIdle', 'namespace, trainingjob')})"
+    )
     return RuleGroup(
         "gpuwise-efficiency",
         (
             Alert(
                 "GpuwiseJobUnderutilized",
-                sustained(
-                    job_gpu_utilization(),
-                    f"< bool on (namespace, trainingjob) {job_utilization_threshold()}",
-                    "GpuwiseJobUnderutilized",
-                    "namespace, trainingjob",
-                ),
+                sustained(job_gpu_utilization(), underused, "GpuwiseJobUnderutilized", "namespace, trainingjob"),
                 "warning",
                 f"TrainingJob {job} keeps its GPUs under its utilization threshold",
                 f"The job's mean GPU utilization was below its spec.efficiency.thresholds.gpuUtilization "
@@ -273,22 +278,22 @@ def efficiency() -> RuleGroup:
             ),
             Alert(
                 "GpuwiseJobIdle",
-                f"time() - {last_step} > {IDLE_SECONDS} and on (namespace, trainingjob) {gpus}",
+                f"(time() - {last_step} > {IDLE_SECONDS} or {ON_JOB} {never_stepped}) and {ON_JOB} {gpus}",
                 "warning",
                 f"TrainingJob {job} holds GPUs but has made no training step for {IDLE_SECONDS // 60} minutes",
-                "The job's GPUs are allocated and its sidecars report no new step: it is stuck (a hung "
+                "The job's GPUs are allocated and its sidecars report no new step (or none at all, while its "
+                f"GPUs stayed under its utilization threshold for the last {WINDOW}): it is stuck (a hung "
                 "collective, a deadlocked DataLoader) or idling between runs. Its GPUs could go to another job.",
             ),
             Alert(
                 "GpuwiseJobStraggler",
-                sustained(
-                    ratio, f"> bool {STRAGGLER_SLOWDOWN:g}", "GpuwiseJobStraggler", "namespace, trainingjob, pod"
-                ),
+                f"topk {BY_JOB} (1, {ratio}) and {ON_JOB} {engine_finding('Straggler')}",
                 "warning",
                 f"worker {{{{ $labels.pod }}}} of TrainingJob {job} is a straggler",
-                f"Its mean step time was over {STRAGGLER_SLOWDOWN:g}x its job's median in at least "
-                f"{SUSTAINED_SHARE:.0%} of the last {WINDOW}'s samples; synchronous steps wait for it. Look "
-                "at its node (throttling, a noisy neighbour, a slow link) or reschedule it.",
+                "gpuwise finds a worker of this job slowed down against its own baseline and its peers, and "
+                "still slow (the Straggler finding); this pod has the job's slowest steps now. Synchronous "
+                "steps wait for it: look at its node (throttling, a noisy neighbour, a slow link) or "
+                "reschedule it. `kubectl describe tj` names the worker.",
             ),
             Alert(
                 "GpuwiseJobFinding",
