@@ -186,16 +186,25 @@ class Telemetry(ApiModel):
     sample_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
 
 
+# The API server runs a transition rule (`oldSelf`) only where the old and the new object both have
+# the field: an optional section the job was created without could be added to it unchecked.
+# `default: {}` makes the API server fill in an omitted section (and its fields' defaults), in
+# stored objects too, so an immutable section is always there to compare.
+_ALWAYS_THERE: Final[dict[str, Any]] = {"default": {}}
+
+
 class TrainingJobSpec(ApiModel):
     trainer: Trainer = Field(json_schema_extra=cel("self == oldSelf", f"spec.trainer {_IMMUTABLE}"))
     pod: PodSettings = Field(
-        default_factory=PodSettings, json_schema_extra=cel("self == oldSelf", f"spec.pod {_IMMUTABLE}")
+        default_factory=PodSettings,
+        json_schema_extra={**cel("self == oldSelf", f"spec.pod {_IMMUTABLE}"), **_ALWAYS_THERE},
     )
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     efficiency: Efficiency = Field(default_factory=Efficiency)
     telemetry: Telemetry = Field(
-        default_factory=Telemetry, json_schema_extra=cel("self == oldSelf", f"spec.telemetry {_IMMUTABLE}")
+        default_factory=Telemetry,
+        json_schema_extra={**cel("self == oldSelf", f"spec.telemetry {_IMMUTABLE}"), **_ALWAYS_THERE},
     )
 
 
