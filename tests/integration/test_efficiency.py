@@ -107,3 +107,26 @@ async def test_jobs_in_one_cycle_share_one_read(prometheus: Prometheus) -> None:
     for name in ("bert", "gpt", "vit"):
         await evaluator.evaluate({**body, "metadata": {**body["metadata"], "name": name}}, spec)
     assert evaluator.fetches == 1
+
+
+async def test_each_distinct_window_length_costs_one_read(prometheus: Prometheus) -> None:
+    from gpuwise.diagnose.prometheus import Prometheus as Source
+    from gpuwise.diagnose.prometheus import query_count
+    from gpuwise.operator.evaluate import Evaluator
+
+    requests: list[str] = []
+
+    class Counting(Source):
+        def _get(self, path: str, params: Any) -> bytes:
+            requests.append(params["query"])
+            return super()._get(path, params)
+
+    evaluator = Evaluator(Counting(prometheus.url), cycle_seconds=60, step_seconds=1)
+    body = manifest()
+    body["metadata"]["creationTimestamp"] = "2026-11-22T00:00:00Z"
+    for name, window in (("bert", "8s"), ("gpt", "8s"), ("vit", "10s"), ("t5", "8s")):
+        spec = TrainingJobSpec.model_validate({**body["spec"], "efficiency": {"window": window}})
+        await evaluator.evaluate({**body, "metadata": {**body["metadata"], "name": name}}, spec)
+    # Instant queries aggregate over the window itself: one round of queries per window length in use.
+    assert evaluator.fetches == 2
+    assert len(requests) == 2 * query_count() == 38
