@@ -3,7 +3,8 @@
 A real sidecar replays a light GPU trace (10 % SM activity, 6 GB of 80), a real instrumented
 trainer steps and answers the checkpoint request, a real Prometheus scrapes them; the operator
 diagnoses OversizedGPU, recommends a 1g.10gb slice and, in Enforce mode, checkpoints the job,
-repartitions the opted-in node through the played MIG Manager, and restarts the job on a slice.
+repartitions the opted-in node through the played MIG Manager, and restarts the job on a slice;
+or rolls back when MIG Manager fails or wedges, or a disruption budget blocks an eviction.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpuwise import wiring
 from tests.actions.scenario import (
     Trainer,
     events,
@@ -24,11 +26,12 @@ from tests.actions.scenario import (
     light_telemetry,
     operator_config,
     run_job,
+    show_log,
     start,
     start_operator,
     trainingjob,
 )
-from tests.actions.support import MigManager, mig_node
+from tests.actions.support import MigManager, budget, mig_node, pod
 from tests.integration.conftest import Cluster, Operator
 from tests.support.emulator import EmulatorThread
 from tests.support.prometheus import AVAILABLE, Prometheus
@@ -41,6 +44,8 @@ pytestmark = [
 ]
 
 NODE = "gpu-node-a"  # where scenario.run_job puts worker 0
+BUSY = "gpu-node-0"  # runs another TrainingJob's worker
+GPU = {"nvidia.com/gpu": 1}
 LIGHT = {
     "DCGM_FI_DEV_GPU_UTIL": 14.0,
     "DCGM_FI_PROF_SM_ACTIVE": 0.09,
@@ -58,22 +63,55 @@ def light(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prometheus
         yield running
 
 
+# Short timeouts for the failure paths (the success path is held pending across an operator restart).
+SHORT = {"drainTimeout": "2s", "mig": {"configTimeout": "2s"}}
+
+
 @pytest.fixture
-def operator(emulator: EmulatorThread, light: tuple[Prometheus, Trainer], tmp_path: Path) -> Iterator[Operator]:
-    nodes = {"drainTimeout": "5s", "mig": {"configTimeout": "20s"}}
-    running = start_operator(emulator, tmp_path, light[0], operator_config(tmp_path, nodes=nodes))
+def node_settings() -> dict[str, Any]:
+    return {"drainTimeout": "5s", "mig": {"configTimeout": "20s"}}
+
+
+@pytest.fixture
+def operator(
+    emulator: EmulatorThread, light: tuple[Prometheus, Trainer], tmp_path: Path, node_settings: dict[str, Any]
+) -> Iterator[Operator]:
+    running = start_operator(emulator, tmp_path, light[0], operator_config(tmp_path, nodes=node_settings))
     yield running
     running.stop()
+    show_log(running)
 
 
 def mig_job(name: str = "vit") -> dict[str, Any]:
     return trainingjob(name, efficiency={"actions": ["MigRepartition"], "tunables": {}})
 
 
+def transitions(cluster: Cluster, record: dict[str, Any]) -> list[str]:
+    """The states the action's transition Events announced, in the order they were posted."""
+    prefix = f"{record['action']} {record['id']} "
+    return [
+        e["message"].removeprefix(prefix).split(":")[0]
+        for e in cluster.list("v1", "Event", "default")
+        if (e.get("involvedObject") or {}).get("name") == "vit" and e["message"].startswith(prefix)
+    ]
+
+
+def back_on_its_whole_gpu(cluster: Cluster) -> None:
+    job = job_of(cluster, "vit") or {}
+    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"cpu": "8", "nvidia.com/gpu": 1} and not job["spec"].get("suspend")
+    node = cluster.get("v1", "Node", NODE, namespace="") or {}
+    assert not node["spec"].get("unschedulable")
+
+
 def test_repartition_end_to_end_survives_an_operator_restart(
     cluster: Cluster, emulator: EmulatorThread, operator: Operator, trainer: Trainer
 ) -> None:
-    cluster.create(mig_node(NODE, allocatable={"nvidia.com/gpu": "1"}), namespace="")
+    cluster.create(mig_node(NODE, gpus=2, allocatable={"nvidia.com/gpu": "2"}), namespace="")
+    cluster.create(pod("inference", NODE, gpus=GPU), namespace="default")  # on the other GPU: evicted
+    # A node as good (one eviction each) that sorts first, but its pod is another TrainingJob's worker.
+    cluster.create(mig_node(BUSY, allocatable={"nvidia.com/gpu": "1"}), namespace="")
+    cluster.create(pod("gpt-0", BUSY, gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "gpt"}), namespace="default")
     with MigManager(str(emulator.kubeconfig), hold={"all-1g.10gb"}) as manager:
         job = start(cluster, mig_job())
         waiting = eventually(
@@ -89,7 +127,11 @@ def test_repartition_end_to_end_survives_an_operator_restart(
         assert manager.seen == [(NODE, "all-1g.10gb")]
         node = cluster.get("v1", "Node", NODE, namespace="") or {}
         assert node["spec"]["unschedulable"] is True
-        assert last_action(cluster, "vit")["details"]["previousMigConfig"] == "all-disabled"
+        preparing = last_action(cluster, "vit")
+        assert preparing["details"]["previousMigConfig"] == "all-disabled"
+        assert preparing["details"]["evicted"] == "default/inference"
+        assert cluster.get("v1", "Pod", "inference", "default") is None
+        eventually(lambda: "Applying" in transitions(cluster, waiting), what="the Applying Event")
 
         # Killed while MIG Manager works: the new process follows the same request, asks nothing again.
         assert operator.process is not None
@@ -123,35 +165,80 @@ def test_repartition_end_to_end_survives_an_operator_restart(
     assert states == ["Planned", "WaitingForCheckpoint", "Applying", "Verifying", "Done"]
     assert done["details"]["node"] == NODE and done["details"]["applied"] == "true"
     assert len(events(cluster, "CheckpointRequested", "vit")) == 1
+    # kopf posts Events in the background: the last may trail the status a little.
+    eventually(lambda: transitions(cluster, done) == states, what="an Event for every transition, in order")
+    for measured in (done["baseline"], done["result"]):
+        assert measured["gpuUtilization"] == pytest.approx(LIGHT["DCGM_FI_DEV_GPU_UTIL"], abs=1)
+    assert cluster.get("v1", "Pod", "gpt-0", "default") is not None, "another TrainingJob's worker is never evicted"
+    assert not (cluster.get("v1", "Node", BUSY, namespace="") or {})["spec"].get("unschedulable")
 
 
-def test_a_failed_mig_config_rolls_back_and_the_job_keeps_its_whole_gpu(
-    cluster: Cluster, emulator: EmulatorThread, operator: Operator, trainer: Trainer
+def checkpointed_and_rolled_back(cluster: Cluster, trainer: Trainer) -> dict[str, Any]:
+    """Start the job, answer the checkpoint request, and wait for the action to roll back."""
+    start(cluster, mig_job())
+    waiting = eventually(
+        lambda: in_state(cluster, "vit", "WaitingForCheckpoint"), timeout=40, what="a checkpoint request"
+    )
+    eventually(lambda: trainer.project(cluster) == waiting["id"], what="the request on the pod")
+    rolled_back: dict[str, Any] = eventually(
+        lambda: in_state(cluster, "vit", "RolledBack"), timeout=40, what="RolledBack"
+    )
+    return rolled_back
+
+
+@pytest.mark.parametrize("node_settings", [SHORT])
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        ({"fail": {"all-1g.10gb"}}, "MigConfigFailed", "could not apply all-1g.10gb"),
+        ({"hold": {"all-1g.10gb"}}, "MigConfigTimeout", "MIG config all-1g.10gb is pending after 2s"),
+    ],
+    ids=["failed", "wedged-pending"],
+)
+def test_a_failed_or_wedged_mig_config_rolls_back_and_the_job_keeps_its_whole_gpu(
+    cluster: Cluster,
+    emulator: EmulatorThread,
+    operator: Operator,
+    trainer: Trainer,
+    outcome: tuple[dict[str, set[str]], str, str],
 ) -> None:
+    manager_settings, reason, said = outcome
     cluster.create(mig_node(NODE, allocatable={"nvidia.com/gpu": "1"}), namespace="")
-    with MigManager(str(emulator.kubeconfig), fail={"all-1g.10gb"}) as manager:
-        start(cluster, mig_job())
-        waiting = eventually(
-            lambda: in_state(cluster, "vit", "WaitingForCheckpoint"), timeout=40, what="a checkpoint request"
-        )
-        eventually(lambda: trainer.project(cluster) == waiting["id"], what="the request on the pod")
-        rolled_back = eventually(lambda: in_state(cluster, "vit", "RolledBack"), timeout=40, what="RolledBack")
-    assert rolled_back["reason"] == "MigConfigFailed"
+    with MigManager(str(emulator.kubeconfig), **manager_settings) as manager:
+        rolled_back = checkpointed_and_rolled_back(cluster, trainer)
+    assert rolled_back["reason"] == reason
     assert manager.seen == [(NODE, "all-1g.10gb"), (NODE, "all-disabled")], "the previous config, asked back"
     node = cluster.get("v1", "Node", NODE, namespace="") or {}
     assert node["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
     assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
-    assert not node["spec"].get("unschedulable")
-    job = job_of(cluster, "vit") or {}
-    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"cpu": "8", "nvidia.com/gpu": 1} and not job["spec"].get("suspend")
+    back_on_its_whole_gpu(cluster)
     # kopf posts Events in the background: they may trail the status a little.
     rolled = eventually(
-        lambda: [e for e in events(cluster, "MigConfigFailed", "vit") if "RolledBack" in e["message"]],
+        lambda: [e for e in events(cluster, reason, "vit") if "RolledBack" in e["message"]],
         what="the RolledBack Event",
     )
     assert [e["type"] for e in rolled] == ["Warning"]
-    assert any("could not apply all-1g.10gb" in e["message"] for e in events(cluster, "MigConfigFailed", "vit"))
+    assert any(said in e["message"] for e in events(cluster, reason, "vit"))
+
+
+@pytest.mark.parametrize("node_settings", [SHORT])
+def test_an_eviction_a_disruption_budget_blocks_rolls_back(
+    cluster: Cluster, emulator: EmulatorThread, operator: Operator, trainer: Trainer
+) -> None:
+    """The budget's status is unknown (no disruption controller): the node is chosen, and the
+    Eviction API refuses, for drainTimeout. Nothing is asked of MIG Manager; the pod stays."""
+    cluster.create(mig_node(NODE, gpus=2, allocatable={"nvidia.com/gpu": "2"}), namespace="")
+    cluster.create(budget("serving", {"matchLabels": {"app": "serve"}}, maxUnavailable=0), namespace="default")
+    cluster.create(pod("serve", NODE, gpus=GPU, labels={"app": "serve"}), namespace="default")
+    with MigManager(str(emulator.kubeconfig)) as manager:
+        rolled_back = checkpointed_and_rolled_back(cluster, trainer)
+    assert rolled_back["reason"] == "EvictionBlocked"
+    assert "default/serve is blocked: The disruption budget serving needs" in rolled_back["history"][-2]["message"]
+    assert manager.seen == [], "no MIG change was asked for"
+    node = cluster.get("v1", "Node", NODE, namespace="") or {}
+    assert node["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
+    assert cluster.get("v1", "Pod", "serve", "default") is not None
+    back_on_its_whole_gpu(cluster)
 
 
 def test_no_node_opted_in_no_checkpoint_no_restart(cluster: Cluster, operator: Operator, trainer: Trainer) -> None:
