@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -48,12 +49,12 @@ def operator_args(prometheus: Prometheus) -> list[str]:
 
 def test_a_bursty_but_healthy_job_gets_no_finding(cluster: Cluster, operator: Operator) -> None:
     start_running(cluster, window=f"{WINDOW_SECONDS}s", thresholds={"gpuUtilization": THRESHOLD})
-    status = eventually(
-        lambda: (s := status_of(cluster)).get("efficiency", {}).get("gpuUtilization") is not None and s,
-        timeout=30,
-        what="the efficiency summary",
-    )
-    efficiency = status["efficiency"]
+
+    def summary() -> dict[str, Any] | None:
+        efficiency: dict[str, Any] = status_of(cluster).get("efficiency") or {}
+        return efficiency if efficiency.get("gpuUtilization") is not None else None
+
+    efficiency = eventually(summary, timeout=30, what="the efficiency summary")
     assert efficiency["gpuUtilization"] < THRESHOLD, "under the threshold on average: a mean would call it underused"
     assert efficiency["dataWaitFraction"] > 0.5, "and waiting for input: InputBound hinges on 'sustained' alone"
     deadline = time.monotonic() + 5  # several cycles, across a burst's edge
