@@ -18,8 +18,12 @@ from typing import Any
 import pytest
 
 from gpuwise import wiring
+from gpuwise.act import overrides as job_overrides
+from gpuwise.act.machine import transition
+from gpuwise.api.trainingjob import ActionRecord, ActionState
 from tests.actions.scenario import (
     FAST_WAIT,
+    TJ_API,
     Trainer,
     actions_of,
     env_of,
@@ -143,6 +147,46 @@ def test_adjust_config_end_to_end_survives_an_operator_restart(
     assert cluster.emulator.emulator is not None
     assert cluster.emulator.emulator.create_attempts["batch/v1/jobs default/bert"] <= 3  # first, new (+1 raced)
     assert uid_of_job(cluster, "bert") == new_job["metadata"]["uid"]
+
+
+def test_an_operator_killed_between_the_job_delete_and_its_re_creation(
+    cluster: Cluster, operator: Operator, bert: Trainer
+) -> None:
+    """In Applying the runner writes the new overrides, then deletes the Job; the reconciler renders
+    the new one. Killed in between, the new process must render the Job once from the overrides
+    and verify it: no second checkpoint request, no second restart. The test writes what the
+    killed process had written (the record with the production code, the annotation, the delete)."""
+    job = start(cluster, trainingjob("bert"))
+    waiting = eventually(
+        lambda: in_state(cluster, "bert", "WaitingForCheckpoint"), timeout=30, what="a checkpoint request"
+    )
+    assert operator.process is not None
+    operator.process.send_signal(signal.SIGKILL)
+    operator.process.wait()
+    acknowledge(cluster, bert, waiting["id"])
+    record = ActionRecord.model_validate(waiting)
+    record = record.model_copy(update={"checkpoint_acknowledged_at": record.updated_at})
+    applying = transition(record, ActionState.APPLYING, "CheckpointAcknowledged", "acknowledged", record.updated_at)
+    cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"actions": [applying.to_k8s()]}}, status=True)
+    target = applying.overrides_target
+    assert target is not None
+    cluster.patch(TJ_API, "TrainingJob", "bert", job_overrides.annotation_patch(target))
+    cluster.delete("batch/v1", "Job", "bert")
+    assert job_of(cluster, "bert") is None and pods_of(cluster, "bert") == []
+
+    operator.start()
+    new_job = restarted_job(cluster, job["metadata"]["uid"])
+    assert env_of(new_job)["NUM_WORKERS"] == waiting["changes"]["NUM_WORKERS"]
+    verifying = eventually(lambda: in_state(cluster, "bert", "Verifying"), timeout=20, what="Verifying")
+    assert verifying["id"] == waiting["id"] and verifying["checkpointRequestedAt"] == waiting["checkpointRequestedAt"]
+    assert [step["state"] for step in verifying["history"]] == [
+        "Planned", "WaitingForCheckpoint", "Applying", "Verifying"
+    ]  # fmt: skip
+    assert cluster.emulator.emulator is not None
+    # The first Job, then the new one (+1 refused as a conflict if two reconciles raced to render it).
+    assert cluster.emulator.emulator.create_attempts["batch/v1/jobs default/bert"] <= 3
+    assert uid_of_job(cluster, "bert") == new_job["metadata"]["uid"]
+    assert len(events(cluster, "CheckpointRequested", "bert")) == 1
 
 
 @pytest.mark.parametrize("operator_settings", [{"cooldown": "1s"}])
