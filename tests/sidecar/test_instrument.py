@@ -217,8 +217,10 @@ def test_the_explicit_api(inbox: Inbox) -> None:
     assert result.stdout == "done\n", result.stderr
     first, *_, last = inbox.receive(1) + inbox.pending()
     assert first.steps == 1 and first.samples == 8
-    assert first.wait_seconds == pytest.approx(0.05, abs=0.03)
-    assert first.step_seconds == pytest.approx(0.1, abs=0.05)
+    # A sleep never ends early but may end late on a loaded machine: bound the figures from below,
+    # and from above only loosely.
+    assert 0.045 <= first.wait_seconds < 1.0
+    assert 0.045 <= first.step_seconds - first.wait_seconds < 1.0
     # The last two steps came within 10 ms: reported together, by the exit flush if need be.
     # A bad samples value counts the step but not the samples.
     assert (last.steps, last.samples) == (3, 12)
