@@ -43,6 +43,25 @@ def test_decodes_labels_and_points_as_json_does() -> None:
     assert math.isinf(decoded[1].values()[1])
 
 
+def test_all_zero_values_are_counted_not_parsed() -> None:
+    decoded = matrix.decode(
+        answer(
+            [
+                series({"a": '],[x,"0"]'}, ["0"] * 5),
+                series({}, ["0", "0.0", "0"]),
+                series({}, ["0"]),
+                series({}, ["10"]),
+            ]
+        )
+    )
+    assert decoded is not None
+    zeros, spelled, one, busy = (s.zeros() for s in decoded)
+    assert zeros is not None and list(zeros) == [0.0] * 5 == list(decoded[0].values())
+    assert spelled is None, "anything but Prometheus' own '0' is parsed"
+    assert one is not None and list(one) == [0.0]
+    assert busy is None
+
+
 def test_fractional_timestamps_and_an_empty_result() -> None:
     body = answer([{"metric": {}, "values": [[1_795_000_000.5, "1"], [1_795_000_001.25, "2"]]}])
     (only,) = matrix.decode(body) or []

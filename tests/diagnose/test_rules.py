@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import random
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from gpuwise.api.trainingjob import Finding, Tunables
-from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose, fit_memory
+from gpuwise.diagnose.rules import STRAGGLERS, Context, DiagnosisThresholds, diagnose, fit_memory, steps_alike
+from gpuwise.diagnose.straggler import episodes_in, peer_ratios, steadily_slow
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -320,6 +323,30 @@ def test_a_straggler_slow_for_longer_than_the_window_keeps_its_finding_until_it_
     assert all(kinds_at[end] == [] for end in kinds_at if end >= slow_until + 3), "cleared once it recovered"
     # Without the carried baseline, a late window shows only a steadily slower worker: what went wrong before.
     assert list(run(window(worker_step_seconds={k: v[140:200] for k, v in history.items()}))) == ["SlowWorker"]
+
+
+def test_workers_in_step_are_skipped_only_where_nothing_could_be_found() -> None:
+    """The shortcut for jobs whose step times are all alike gives up no finding (random jobs near its edge)."""
+    rng = random.Random(4)
+    limit = min(math.sqrt(STRAGGLERS.min_slowdown), DiagnosisThresholds().persistent_slowdown)
+    skipped = 0
+    for _ in range(300):
+        spread = rng.uniform(1.0, 1.3)
+        shape = rng.choice(["noise", "one slow", "one slowing"])
+        series = {}
+        for w in range(rng.randint(3, 6)):
+            points = []
+            for i in range(60):
+                value = rng.uniform(1.0, spread)
+                if shape != "noise" and w == 0 and (shape == "one slow" or i >= 30):
+                    value = spread
+                points.append((1000.0 + 15 * i, value))
+            series[w] = points
+        if steps_alike(series, limit):
+            skipped += 1
+            ratios = peer_ratios((t, w, v) for w, points in series.items() for t, v in points)
+            assert episodes_in(ratios, STRAGGLERS) == [] and steadily_slow(ratios, limit) == {}
+    assert 50 < skipped < 250, "both sides of the edge were tried"
 
 
 def test_a_steadily_slower_worker_is_a_milder_finding_without_action() -> None:

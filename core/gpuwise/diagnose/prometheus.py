@@ -304,8 +304,9 @@ def fetch(source: Prometheus, *, now: float, window_seconds: float, step_seconds
         slowdowns: dict[JobKey, dict[int, Sequence[float]]] = {}
         for reasons in clocks.result():
             if (worker := reasons.labels.get("worker", "")).isdigit():
-                values = reasons.values()  # all zero for most jobs: nothing to mask
-                masked = array("d", map(slowdown_bits, values)) if any(values) else values
+                masked = reasons.zeros()  # for most GPUs: nothing to parse or mask
+                if masked is None:
+                    masked = array("d", map(slowdown_bits, reasons.values()))
                 slowdowns.setdefault(_key(reasons.labels), {})[int(worker)] = masked
     return Snapshot(now, window_seconds, step_seconds, series, facts, worker_steps, slowdowns)
 

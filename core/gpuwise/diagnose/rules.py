@@ -17,7 +17,15 @@ from typing import Final
 
 from gpuwise.api.trainingjob import ActionKind, Finding, IntTunable, Recommendation, Tunables
 from gpuwise.decide.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
-from gpuwise.diagnose.straggler import PeerRatios, episodes_in, peer_ratios, recovered, steadily_slow, still_slow
+from gpuwise.diagnose.straggler import (
+    PeerRatios,
+    StragglerPolicy,
+    episodes_in,
+    peer_ratios,
+    recovered,
+    steadily_slow,
+    still_slow,
+)
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 
 # The recommendations' `changes` keys the actions read (gpuwise.act.mig and gpuwise.act.pack
@@ -32,6 +40,7 @@ TIME_SLICING = "time-slicing"
 # A share above this leaves no room for a second job as light: the job needs its GPU.
 MAX_GPU_SHARE = 0.5
 MIB_PER_GB = 1000**3 / 2**20
+STRAGGLERS: Final = StragglerPolicy()
 # Kinds one rule names as the evidence tips one way or the other: they share hysteresis, so a
 # finding that changes its name (more workers would help / no CPU is left for them) keeps its hold.
 FAMILIES: Final[tuple[frozenset[str], ...]] = (frozenset({"InputBound", "CPUBoundInput"}),)
@@ -362,22 +371,42 @@ def straggler(ctx: Context) -> Diagnosis | None:
     series = ctx.window.worker_step_seconds
     if len(series) < 3 or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
         return None
+    held = ctx.previous.get("Straggler") if "Straggler" in ctx.active else None
+    if held is None and steps_alike(series, min(math.sqrt(STRAGGLERS.min_slowdown), _slow_worker_limit(ctx))):
+        return None
     ratios = peer_ratios((t, worker, seconds) for worker, points in series.items() for t, seconds in points)
     if not ratios:
         return None
     latest = max(points[-1][0] for points in ratios.values())
     recent = 3 * ctx.window.sample_interval_seconds
-    ongoing = [e for e in episodes_in(ratios) if e.end >= latest - recent]
+    ongoing = [e for e in episodes_in(ratios, STRAGGLERS) if e.end >= latest - recent]
     if ongoing:
         worst = max(ongoing, key=lambda e: e.peak_slowdown)
         return _straggler(ctx, worst.worker, worst.peak_slowdown, worst.baseline, worst.start)
-    held = ctx.previous.get("Straggler") if "Straggler" in ctx.active else None
     if held is not None and held.worker in ratios:
         worker, baseline = held.worker, _number(held.evidence.get("baselineRatio"), 1.0)
-        if still_slow(ratios[worker], baseline):
+        if still_slow(ratios[worker], baseline, STRAGGLERS):
             peak = max(_number(held.evidence.get("peakSlowdown"), 1.0), ratios[worker][-1][1] / baseline)
             return _straggler(ctx, worker, peak, baseline, _number(held.evidence.get("slowSinceUnixSeconds"), 0))
     return slow_worker(ctx, ratios)
+
+
+def steps_alike(series: Mapping[int, Sequence[tuple[float, float]]], spread: float) -> bool:
+    """Whether every step time in the window is within `spread` of every other.
+
+    Then every peer ratio lies within [1/spread, spread]: no worker's median reaches `spread`,
+    and no ratio is `spread`² times a baseline made of other ratios. With `spread` at most the
+    SlowWorker limit and √min_slowdown, neither rule can find anything, and the per-sample
+    work (peer medians, baselines) is skipped for the many jobs whose workers keep in step.
+    """
+    values = [seconds for points in series.values() for _, seconds in points]
+    return bool(values) and min(values) > 0 and max(values) < spread * min(values)
+
+
+def _slow_worker_limit(ctx: Context) -> float:
+    """The slowdown against its peers from which a worker is a SlowWorker (lower while it is one)."""
+    excess = ctx.thresholds.persistent_slowdown - 1
+    return 1 + (excess / (1 + ctx.thresholds.release_margin) if ctx.is_active("SlowWorker") else excess)
 
 
 def _number(text: str | None, default: float) -> float:
@@ -417,10 +446,8 @@ def slow_worker(ctx: Context, ratios: PeerRatios) -> Diagnosis | None:
     slow for the rest of a window that remembers it. An active finding holds until the
     slowdown's excess over 1 falls `release_margin` under the threshold's.
     """
-    excess = ctx.thresholds.persistent_slowdown - 1
-    if ctx.is_active("SlowWorker"):
-        excess /= 1 + ctx.thresholds.release_margin
-    slow = {w: s for w, s in steadily_slow(ratios, 1 + excess).items() if not recovered(ratios[w], 1 + excess)}
+    limit = _slow_worker_limit(ctx)
+    slow = {w: s for w, s in steadily_slow(ratios, limit).items() if not recovered(ratios[w], limit, STRAGGLERS)}
     if not slow:
         return None
     worker, slowdown = max(slow.items(), key=lambda item: item[1])

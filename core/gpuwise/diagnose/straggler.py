@@ -28,7 +28,6 @@ on Alibaba PAI traces the detector was not fitted to.
 from __future__ import annotations
 
 import collections
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -79,21 +78,32 @@ class Episode:
         }
 
 
+def median(values: Iterable[float]) -> float:
+    """`statistics.median`, without its checks: the detector takes several per sample of every worker."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def peer_ratios(samples: Iterable[tuple[float, int, float]]) -> dict[int, list[tuple[float, float]]]:
     """Each worker's (time, step time ÷ median step time of all workers at that time)."""
-    by_time: dict[float, dict[int, float]] = collections.defaultdict(dict)
+    by_time: dict[float, dict[int, float]] = {}
     for time, worker, value in samples:
         if value > 0:
-            by_time[time][worker] = value
-    ratios: dict[int, list[tuple[float, float]]] = collections.defaultdict(list)
+            if (row := by_time.get(time)) is None:
+                by_time[time] = row = {}
+            row[worker] = value
+    ratios: dict[int, list[tuple[float, float]]] = {}
     for time in sorted(by_time):
         row = by_time[time]
         if len(row) < 3:  # a median of one or two workers says nothing about peers
             continue
-        median = statistics.median(row.values())
+        middle = median(row.values())
         for worker, value in row.items():
-            ratios[worker].append((time, value / median))
-    return dict(ratios)
+            if (series := ratios.get(worker)) is None:
+                ratios[worker] = series = []
+            series.append((time, value / middle))
+    return ratios
 
 
 @dataclass
@@ -112,8 +122,8 @@ class _WorkerState:
         self.recent = collections.deque(maxlen=self.policy.enter_window)
 
     def baseline(self) -> tuple[float, float]:
-        base = statistics.median(self.history)
-        mad = statistics.median(abs(h - base) for h in self.history)
+        base = median(self.history)
+        mad = median([abs(h - base) for h in self.history])
         return base, max(MAD_TO_SIGMA * mad, self.policy.min_relative_sigma * base)
 
     def step(self, time: float, ratio: float) -> tuple[float, float, float, float] | None:
@@ -165,10 +175,20 @@ def detect_stragglers(
 
 
 def episodes_in(ratios: PeerRatios, policy: StragglerPolicy | None = None) -> list[Episode]:
-    """Straggler episodes in workers' peer ratios (`peer_ratios`), in time order."""
+    """Straggler episodes in workers' peer ratios (`peer_ratios`), in time order.
+
+    A worker whose ratios never spread by `min_slowdown` is skipped: a sample is slow only at
+    `min_slowdown` × a baseline that is a median of the worker's own earlier ratios, so at least
+    that much above the smallest of them. Most workers of most jobs are such, and following
+    each sample's baseline (two medians of up to `baseline_samples` values) is most of what
+    evaluating a fleet's jobs would otherwise cost; the result is the same.
+    """
     policy = policy or StragglerPolicy()
     episodes: list[Episode] = []
     for worker, series in ratios.items():
+        values = [ratio for _, ratio in series]
+        if len(values) <= policy.warmup_samples or max(values) < policy.min_slowdown * min(values):
+            continue
         state = _WorkerState(policy)
         closed = [state.step(time, ratio) for time, ratio in series] + [state.close()]
         episodes += [Episode(worker, *episode) for episode in filter(None, closed)]
@@ -207,5 +227,5 @@ def persistent_slow_workers(
 
 def steadily_slow(ratios: PeerRatios, min_slowdown: float = 1.05) -> Mapping[int, float]:
     """Workers whose median peer ratio (`peer_ratios`) is at least `min_slowdown`, with that median."""
-    typical = {w: statistics.median(r for _, r in series) for w, series in ratios.items()}
+    typical = {w: median([r for _, r in series]) for w, series in ratios.items()}
     return {w: round(ratio, 3) for w, ratio in sorted(typical.items()) if ratio >= min_slowdown}
