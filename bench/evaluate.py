@@ -4,10 +4,13 @@
     python -m bench.evaluate --jobs 2000 --json-only
     python -m bench.evaluate --profile cycle.prof   # and a cProfile of one more cycle's per-job path
 
-It writes synthetic series for every job (one worker, two GPUs: dcgm-exporter's device gauges,
-the sidecar's info series and step gauges), backfills them with `promtool tsdb create-blocks-from
-openmetrics` into an empty data directory, starts Prometheus on loopback over it, and measures in a
-fresh process (so its peak RSS is the evaluation's, not the generator's):
+It writes synthetic series for every job (`--workers` workers, 4 by default, each a pod with one
+GPU and one training process: dcgm-exporter's device gauges, the sidecar's info series, step
+gauges and the step-time histogram, with a straggler in one kind of job), backfills them with
+`promtool tsdb create-blocks-from openmetrics` into an empty data directory, starts Prometheus on
+loopback over it, and measures in a fresh process (so its peak RSS is the evaluation's, not the
+generator's). Several workers per job make the per-worker queries (step times, clock reasons) and
+the straggler detector, which needs three workers to compare, cost what they cost in a fleet:
 
 - the operator's evaluation cycle, `--cycles` times: (a) the batched read, `Evaluator.snapshot()`
   (`fetch()`: the queries and their decoding), then (b) for every job, `evaluate_job()`, the very
@@ -19,7 +22,7 @@ fresh process (so its peak RSS is the evaluation's, not the generator's):
   but no HTTP request is made. The first cycle writes every status; later ones only what changed.
   kopf's own cost of running 10,000 timers is not measured.
 - for reference, window + diagnosis alone over the last snapshot (a part of (b), not added to it);
-- the naive way, the same 18 quantities per job restricted to that job, for a sample of jobs,
+- the naive way, the same 19 quantities per job restricted to that job, for a sample of jobs,
   extrapolated to all of them.
 
 Operator CPU is `time.process_time()` of the measuring process (Prometheus runs elsewhere), RSS is
@@ -70,7 +73,7 @@ TARGET_RSS_MIB: Final = 300.0
 NAMESPACES: Final = 100
 MODEL: Final = "NVIDIA H100 80GB HBM3"
 FB_TOTAL_MIB: Final = 81_559
-# Six kinds of job, in turn: what each looks like (GPU util %, data wait, FB used MiB, autocast, tensor).
+# Seven kinds of job, in turn: what each looks like (GPU util %, data wait, FB used MiB, autocast, tensor).
 PROFILES: Final = {
     "input-bound": (30.0, 0.6, 30_000.0, 1, 0.3),
     "small-batch": (35.0, 0.05, 8_000.0, 1, 0.3),
@@ -78,51 +81,65 @@ PROFILES: Final = {
     "no-amp": (70.0, 0.05, 50_000.0, 0, 0.02),
     "idle": (0.0, 0.0, 40_000.0, 1, 0.0),
     "throttled": (92.0, 0.02, 60_000.0, 1, 0.5),  # and its GPUs in thermal slowdown
+    "straggler": (92.0, 0.02, 60_000.0, 1, 0.5),  # and its last worker 1.8x slower for the last third
 }
 THERMAL_SLOWDOWN: Final = "96"  # NVML clock-event reasons: software and hardware thermal slowdown
 NOISE: Final = [((i * 37) % 23 - 11) / 11 for i in range(97)]  # deterministic, in [-1, 1]
+STEP_SECONDS: Final = 0.5  # a healthy worker's step time
+STRAGGLER_SLOWDOWN: Final = 1.8
 
 
-def job_names(jobs: int) -> Iterator[tuple[int, str, str, str]]:
+def job_names(jobs: int) -> Iterator[tuple[int, str, str]]:
     for i in range(jobs):
-        yield i, f"ns-{i % NAMESPACES:03d}", f"job-{i:05d}", f"job-{i:05d}-0"
+        yield i, f"ns-{i % NAMESPACES:03d}", f"job-{i:05d}"
 
 
-def _family(out: TextIO, metric: Metric) -> None:
-    out.write(f"# HELP {metric.name} {metric.help}\n# TYPE {metric.name} gauge\n")
+def pod_name(job: str, worker: int) -> str:
+    return f"{job}-{worker}"
 
 
-def generate(out: TextIO, jobs: int, end: int, interval: int, history: int) -> int:
-    """OpenMetrics text for every job's series over `history` seconds up to `end`; returns samples."""
+def node_name(job: int, worker: int, workers: int) -> str:
+    return f"node-{(job * workers + worker) // 8:05d}"  # eight GPUs a node
+
+
+def _family(out: TextIO, metric: Metric, kind: str = "gauge") -> None:
+    out.write(f"# HELP {metric.name} {metric.help}\n# TYPE {metric.name} {kind}\n")
+
+
+def generate(out: TextIO, jobs: int, *, workers: int, end: int, interval: int, history: int) -> tuple[int, int]:
+    """OpenMetrics text for every job's series over `history` seconds up to `end`; returns (series, samples)."""
     stamps = [str(t) for t in range(end - history, end + 1, interval)]
     profiles = list(PROFILES.values())
-    samples = 0
+    written = [0, 0]
 
     def series(head: str, values: Sequence[str]) -> None:
-        nonlocal samples
         out.write("".join(f"{head} {v} {t}\n" for v, t in zip(values, stamps, strict=True)))
-        samples += len(stamps)
+        written[0] += 1
+        written[1] += len(stamps)
 
     def noisy(base: float, spread: float, seed: int, fmt: str = ".1f") -> list[str]:
         return [format(max(0.0, base + spread * NOISE[(seed + k) % 97]), fmt) for k in range(len(stamps))]
 
     def device(metric: Metric, value: Any) -> None:
         _family(out, metric)
-        for i, ns, _, pod in job_names(jobs):
-            for gpu in (0, 1):
+        for i, ns, job in job_names(jobs):
+            for w in range(workers):
                 labels = (
-                    f'gpu="{gpu}",UUID="GPU-{i:08x}-{gpu}",modelName="{MODEL}",Hostname="node-{i // 4:04d}",'
-                    f'namespace="{ns}",pod="{pod}"'
+                    f'gpu="0",UUID="GPU-{i:08x}-{w}",modelName="{MODEL}",Hostname="{node_name(i, w, workers)}",'
+                    f'namespace="{ns}",pod="{pod_name(job, w)}"'
                 )
-                series(f"{metric.name}{{{labels}}}", value(i, gpu))
+                series(f"{metric.name}{{{labels}}}", value(i, w))
+
+    def process_labels(ns: str, job: str, w: int) -> str:
+        return f'namespace="{ns}",pod="{pod_name(job, w)}",trainingjob="{job}",worker="{w}",local_rank="0"'
 
     def process(metric: Metric, value: Any) -> None:
         _family(out, metric)
-        for i, ns, job, pod in job_names(jobs):
+        for i, ns, job in job_names(jobs):
             values = value(i)
             if values is not None:
-                labels = f'namespace="{ns}",pod="{pod}",trainingjob="{job}",worker="0",local_rank="0"'
-                series(f"{metric.name}{{{labels}}}", values)
+                for w in range(workers):
+                    series(f"{metric.name}{{{process_labels(ns, job, w)}}}", values)
 
     def constant(text: str) -> list[str]:
         return [text] * len(stamps)
@@ -133,6 +150,32 @@ def generate(out: TextIO, jobs: int, end: int, interval: int, history: int) -> i
     def kind(i: int, name: str) -> bool:
         return i % len(profiles) == list(PROFILES).index(name)
 
+    def step_histogram() -> None:
+        """Per worker, the step-time histogram's cumulative count and sum (one bucket: +Inf).
+
+        Workers step at their own pace, each a little different; in a straggler job the last
+        worker is STRAGGLER_SLOWDOWN times slower over the last third of the history.
+        """
+        metric = catalog.STEP_DURATION
+        _family(out, metric, "histogram")
+        slow_from = len(stamps) * 2 // 3
+        for i, ns, job in job_names(jobs):
+            if kind(i, "idle"):
+                continue  # no steps: no histogram
+            for w in range(workers):
+                counts, sums, count, total = [], [], 0.0, 0.0
+                for k in range(len(stamps)):
+                    seconds = STEP_SECONDS * (1 + 0.02 * NOISE[(i + 7 * w + k) % 97] + 0.01 * w)
+                    if kind(i, "straggler") and w == workers - 1 and k >= slow_from:
+                        seconds *= STRAGGLER_SLOWDOWN
+                    count, total = count + interval / seconds, total + interval
+                    counts.append(f"{count:.0f}")
+                    sums.append(f"{total:.0f}")
+                labels = process_labels(ns, job, w)
+                series(f'{metric.name}_bucket{{{labels},le="+Inf"}}', counts)
+                series(f"{metric.name}_count{{{labels}}}", counts)
+                series(f"{metric.name}_sum{{{labels}}}", sums)
+
     device(catalog.GPU_UTIL, lambda i, g: noisy(profile(i)[0], 4.0 if profile(i)[0] else 0.0, i + g, ".0f"))
     device(catalog.FB_USED, lambda i, g: noisy(profile(i)[2], 200.0, i + g, ".0f"))
     device(catalog.FB_FREE, lambda i, g: noisy(FB_TOTAL_MIB - profile(i)[2], -200.0, i + g, ".0f"))
@@ -142,9 +185,10 @@ def generate(out: TextIO, jobs: int, end: int, interval: int, history: int) -> i
     device(catalog.PCIE_RX, lambda i, g: noisy(6e8, 1e7, i + g, ".0f"))
     device(catalog.CLOCKS_EVENT_REASONS, lambda i, g: constant(THERMAL_SLOWDOWN if kind(i, "throttled") else "0"))
     _family(out, catalog.SIDECAR_INFO)
-    for _, ns, job, pod in job_names(jobs):
-        labels = f'namespace="{ns}",pod="{pod}",trainingjob="{job}",worker="0"'
-        series(f"{catalog.SIDECAR_INFO.name}{{{labels}}}", constant("1"))
+    for _, ns, job in job_names(jobs):
+        for w in range(workers):
+            labels = f'namespace="{ns}",pod="{pod_name(job, w)}",trainingjob="{job}",worker="{w}"'
+            series(f"{catalog.SIDECAR_INFO.name}{{{labels}}}", constant("1"))
     process(catalog.DATA_WAIT_RATIO, lambda i: None if kind(i, "idle") else noisy(profile(i)[1], 0.03, i, ".3f"))
     last_idle_step = str(end - history - 600)
     process(catalog.LAST_STEP, lambda i: constant(last_idle_step) if kind(i, "idle") else list(stamps))
@@ -153,8 +197,9 @@ def generate(out: TextIO, jobs: int, end: int, interval: int, history: int) -> i
     process(catalog.PIN_MEMORY, lambda i: constant("0"))
     process(catalog.AUTOCAST, lambda i: constant(str(profile(i)[3])))
     process(catalog.CUDA_RESERVED_PEAK, lambda i: constant(str(int(profile(i)[2] * 0.9 * 1024 * 1024))))
+    step_histogram()
     out.write("# EOF\n")
-    return samples
+    return written[0], written[1]
 
 
 # --- measuring (in a fresh process) ----------------------------------------------------------
@@ -188,7 +233,7 @@ def _stamp(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def trainingjob(i: int, namespace: str, name: str, pod: str, *, now: float, window: str) -> JsonDict:
+def trainingjob(i: int, namespace: str, name: str, *, workers: int, now: float, window: str) -> JsonDict:
     """A running TrainingJob as the API server stores it: a user's spec and the reconciler's status.
 
     Enforce jobs list AdjustConfig but have no checkpoint, so the runner plans the action and its
@@ -213,9 +258,14 @@ def trainingjob(i: int, namespace: str, name: str, pod: str, *, now: float, wind
                 "image": "nvcr.io/nvidia/pytorch:24.08-py3",
                 "command": ["torchrun"],
                 "args": ["/workspace/train.py", "--epochs=90"],
-                "numProcPerNode": 2,
-                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 2, "cpu": "16", "memory": "120Gi"}},
-                "env": [{"name": "BATCH_SIZE", "value": "64"}, {"name": "NUM_WORKERS", "value": "2"}],
+                "numNodes": workers,
+                "numProcPerNode": 1,
+                "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1, "cpu": "16", "memory": "120Gi"}},
+                "env": [
+                    {"name": "BATCH_SIZE", "value": "64"},
+                    {"name": "NUM_WORKERS", "value": "2"},
+                    {"name": "ACCUM", "value": "4"},
+                ],
                 "shmSize": "16Gi",
             },
             "pod": {
@@ -231,8 +281,10 @@ def trainingjob(i: int, namespace: str, name: str, pod: str, *, now: float, wind
                 "tunables": {
                     "batchSize": {"env": "BATCH_SIZE", "min": 8, "max": 512},
                     "dataLoaderWorkers": {"env": "NUM_WORKERS", "min": 1, "max": 16},
+                    "gradientAccumulationSteps": {"env": "ACCUM", "min": 1, "max": 64},
                     "pinMemory": {"env": "PIN_MEMORY"},
                     "amp": {"env": "AMP"},
+                    "keepGlobalBatchSize": True,
                 },
             },
             "telemetry": {"instrumentation": "Auto"},
@@ -245,9 +297,23 @@ def trainingjob(i: int, namespace: str, name: str, pod: str, *, now: float, wind
             "conditions": [
                 {"type": "Accepted", "reason": "Valid", "message": "The spec is valid.", **condition},
                 {"type": "Created", "reason": "JobCreated", "message": f"Job {name} created.", **condition},
-                {"type": "Running", "reason": "AllWorkersRunning", "message": "1/1 workers running.", **condition},
+                {
+                    "type": "Running",
+                    "reason": "AllWorkersRunning",
+                    "message": f"{workers}/{workers} workers running.",
+                    **condition,
+                },
             ],
-            "workers": [{"index": 0, "pod": pod, "node": f"node-{i // 4:04d}", "phase": "Running", "restarts": 0}],
+            "workers": [
+                {
+                    "index": w,
+                    "pod": pod_name(name, w),
+                    "node": node_name(i, w, workers),
+                    "phase": "Running",
+                    "restarts": 0,
+                }
+                for w in range(workers)
+            ],
         },
     }
 
@@ -346,7 +412,8 @@ async def operator_cycles(args: argparse.Namespace) -> dict[str, Any]:
     settings = OperatorSettings(prometheus_url=args.measure, evaluation_seconds=cycle)
     source = Counting(args.measure, timeout=300)
     bodies = [
-        trainingjob(i, ns, job, pod, now=args.now, window=args.window) for i, ns, job, pod in job_names(args.jobs)
+        trainingjob(i, ns, job, workers=args.workers, now=args.now, window=args.window)
+        for i, ns, job in job_names(args.jobs)
     ]
     kube = OfflineKube(bodies)
     del bodies  # from here on, the stored objects are the kube's
@@ -419,15 +486,19 @@ def diagnosis_only(snapshot: prometheus.Snapshot, now: float) -> dict[str, Any]:
     return {"cpu_s": round(time.process_time() - cpu, 3), "findings": dict(sorted(kinds.items()))}
 
 
-def per_job_queries(namespace: str, job: str, pod: str, window: str) -> tuple[dict[str, str], dict[str, str]]:
-    """What an operator without batching asks for one job: the same 18 quantities, filtered to it."""
-    dev = (f'namespace="{namespace}"', f'pod="{pod}"')
+def per_job_queries(namespace: str, job: str, window: str, step: float) -> tuple[dict[str, str], dict[str, str]]:
+    """What an operator without batching asks for one job: the same 19 quantities, filtered to it."""
+    dev = (f'namespace="{namespace}"', f'pod=~"{job}-[0-9]+"')
     proc = (f'namespace="{namespace}"', f'trainingjob="{job}"')
+    rate_window = f"{int(max(60.0, 4 * step))}s"  # as prometheus.worker_step_query
+    step_sum = f"rate({sel(catalog.STEP_DURATION, *proc, suffix='_sum')}[{rate_window}])"
+    step_count = f"rate({sel(catalog.STEP_DURATION, *proc, suffix='_count')}[{rate_window}])"
     ranged = {
         "gpu_utilization": f"avg({sel(catalog.GPU_UTIL, *dev)})",
         "data_wait_fraction": f"avg({sel(catalog.DATA_WAIT_RATIO, *proc)})",
         "sm_active": f"max({sel(catalog.SM_ACTIVE, *dev)})",
-        "clock_events": f"max({sel(catalog.CLOCKS_EVENT_REASONS, *dev)})",
+        "clock_events": f"max by (pod) ({sel(catalog.CLOCKS_EVENT_REASONS, *dev)})",
+        "worker_step_seconds": f"avg by (worker) ({step_sum} / {step_count})",
     }
     instant = {
         "sm_activity": f"avg(avg_over_time({sel(catalog.SM_ACTIVE, *dev)}[{window}]))",
@@ -442,7 +513,7 @@ def per_job_queries(namespace: str, job: str, pod: str, window: str) -> tuple[di
         "batch_size": f"max({sel(catalog.BATCH_SIZE, *proc)})",
         "num_workers": f"max({sel(catalog.NUM_WORKERS, *proc)})",
         "pin_memory": f"min({sel(catalog.PIN_MEMORY, *proc)})",
-        "autocast": f"min({sel(catalog.AUTOCAST, *proc)})",
+        "autocast": f"min(max_over_time({sel(catalog.AUTOCAST, *proc)}[{window}]))",
         "cuda_reserved_peak_bytes": f"max({sel(catalog.CUDA_RESERVED_PEAK, *proc)})",
     }
     return ranged, instant
@@ -452,8 +523,8 @@ def naive_sample(url: str, now: float, window: float, step: float, *, jobs: int,
     client = Counting(url, timeout=60)
     chosen = list(job_names(jobs))[:: max(1, jobs // sample)][:sample]
     wall, cpu = time.perf_counter(), time.process_time()
-    for _, ns, job, pod in chosen:
-        ranged, instant = per_job_queries(ns, job, pod, f"{int(window)}s")
+    for _, ns, job in chosen:
+        ranged, instant = per_job_queries(ns, job, f"{int(window)}s", step)
         for query in ranged.values():
             [s.values() for s in client.range(query, now - window, now, step)]
         for query in instant.values():
@@ -498,7 +569,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         text = work / "series.om.txt"
         with text.open("w") as out:
-            samples = generate(out, args.jobs, end, interval, history)
+            series, samples = generate(
+                out, args.jobs, workers=args.workers, end=end, interval=interval, history=history
+            )
         generated = time.perf_counter() - started
         size_mib = text.stat().st_size / 2**20
         started = time.perf_counter()
@@ -515,7 +588,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         text.unlink()
         with running(work, {"global": {"scrape_interval": "15s"}}) as server:
             command = [sys.executable, "-m", "bench.evaluate", "--measure", server.url, "--now", str(end)]
-            command += ["--jobs", str(args.jobs), "--window", args.window, "--step", args.step]
+            command += ["--jobs", str(args.jobs), "--workers", str(args.workers), "--window", args.window]
+            command += ["--step", args.step]
             command += ["--cycles", str(args.cycles), "--sample", str(args.sample)]
             command += ["--profile", str(Path(args.profile).resolve())] if args.profile else []
             child = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -524,8 +598,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             figures: dict[str, Any] = json.loads(child.stdout)
     figures["setup"] = {
         "jobs": args.jobs,
-        "gpus_per_job": 2,
-        "series": args.jobs * 24,
+        "workers_per_job": args.workers,
+        "gpus_per_job": args.workers,
+        "series": series,
         "samples": samples,
         "history": args.history,
         "interval": args.interval,
@@ -586,6 +661,7 @@ def table(figures: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     cli = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     cli.add_argument("--jobs", type=int, default=10_000)
+    cli.add_argument("--workers", type=int, default=4, help="workers (pods, one GPU each) per job; 3 or more")
     cli.add_argument("--history", default="20m", help="how much synthetic history to backfill")
     cli.add_argument("--interval", default="15s", help="the synthetic scrape interval")
     cli.add_argument("--window", default="15m", help="the evaluation window (TrainingJob default)")

@@ -26,6 +26,10 @@ def test_the_measured_cycle_publishes_every_job_and_then_only_what_changed(capsy
     assert "InputBound" not in second["events"] and "ActionNotTaken" not in second["events"]
     # What the statuses hold is what the diagnosis finds, less the Observe-mode jobs' findings.
     assert set(figures["findings"]) == set(figures["diagnosis"]["findings"])
+    # Several workers with step times per job: the per-worker query answers and the straggler detector runs.
+    assert figures["setup"]["workers_per_job"] >= 3
+    assert figures["findings"]["Straggler"] > 0
+    assert figures["naive"]["sample_queries"] == 19 * figures["naive"]["sampled_jobs"]
     assert sum(figures["findings"].values()) < sum(figures["diagnosis"]["findings"].values())
     assert first["per_job_cpu_s"] > 0 and first["cpu_s"] >= first["read_cpu_s"]
 
