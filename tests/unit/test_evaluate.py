@@ -84,6 +84,8 @@ def test_a_straggler_keeps_its_finding_from_the_stored_status() -> None:
         ("Straggler", 5, "2026-11-22T11:00:00Z")
     ]
     assert [r["action"] for r in status["recommendations"]] == ["Reschedule"]
+    edited = {"findings": [{"kind": "Straggler", "since": "yesterday"}, *stored["findings"][1:]]}
+    assert [f["kind"] for f in efficiency_status(spec(), slow, edited, NOW)["findings"]] == ["SlowWorker"]
 
 
 def test_recommend_mode_publishes_findings_and_the_summary() -> None:

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import kopf
+from pydantic import ValidationError
 
 from gpuwise.act import overrides as job_overrides
 from gpuwise.act.adjust_config import current_env
@@ -102,7 +103,7 @@ def job_facts(body: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> 
 
 def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> JsonDict:
     """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
-    old_findings = {f["kind"]: Finding.model_validate(f) for f in previous.get("findings") or []}
+    old_findings = {finding.kind: finding for finding in _findings(previous)}
     diagnoses = []
     if spec.efficiency.mode is not EfficiencyMode.OBSERVE:
         context = Context(
@@ -130,6 +131,17 @@ def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mappin
         "findings": [finding.to_k8s() for finding, _ in diagnoses],
         "recommendations": [r.to_k8s() for _, r in diagnoses if r is not None],
     }
+
+
+def _findings(status: Mapping[str, Any]) -> list[Finding]:
+    """The findings a stored status holds; one that does not read (edited by hand) is left out, not fatal."""
+    findings = []
+    for stored in status.get("findings") or []:
+        try:
+            findings.append(Finding.model_validate(stored))
+        except ValidationError:
+            continue
+    return findings
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
