@@ -42,6 +42,9 @@ ENV_NODE_NAME: Final = "GPUWISE_NODE_NAME"
 ENV_TRAININGJOB: Final = "GPUWISE_TRAININGJOB"
 ENV_WORKER_INDEX: Final = "GPUWISE_WORKER_INDEX"
 ENV_SAMPLE_INTERVAL: Final = "GPUWISE_SAMPLE_INTERVAL_SECONDS"
+# Set on the sidecar, as a plain value, where the operator knows it: the container the pod's GPUs
+# work for (dcgm-exporter's `container` label). Unset when it is not known: never a guess.
+ENV_CONTAINER: Final = "GPUWISE_CONTAINER"
 # Set on the trainer: where to send step events, and whether sitecustomize instruments torch.
 ENV_SOCKET: Final = "GPUWISE_SOCKET"
 ENV_INSTRUMENT: Final = "GPUWISE_INSTRUMENT"  # "auto" | "manual" | "disabled"

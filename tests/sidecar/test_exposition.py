@@ -33,7 +33,9 @@ DCGM_LINTS = re.compile(
 
 @pytest.fixture
 def running(short_tmp: Path) -> Iterator[Sidecar]:
-    identity = Identity(hostname="node-a", namespace="team", pod='odd "pod"\\name\n', trainingjob="job", worker="3")
+    identity = Identity(
+        hostname="node-a", namespace="team", pod='odd "pod"\\name\n', trainingjob="job", worker="3", container="trainer"
+    )
     side = Sidecar(
         backend=SimulatedBackend("steady", 2),
         identity=identity,
@@ -79,6 +81,11 @@ def test_labels_are_escaped_and_empty_ones_left_out(running: Sidecar) -> None:
     }
     util = select(series, "DCGM_FI_DEV_GPU_UTIL")[0]
     assert "GPU_I_PROFILE" not in util.labels and "GPU_I_ID" not in util.labels
+    assert (util.labels["pod"], util.labels["namespace"], util.labels["container"]) == (
+        steps.labels["pod"],
+        "team",
+        "trainer",
+    )
     assert select(series, "gpuwise_step_events_dropped_total", reason="malformed")[0].value == 1
     assert select(series, "gpuwise_step_duration_seconds_bucket", le="+Inf")[0].value == 12
 
@@ -120,6 +127,36 @@ def test_healthz_and_unknown_paths(running: Sidecar) -> None:
     base = f"http://127.0.0.1:{running.server.port}"
     assert get(f"{base}/healthz") == (200, "ok\n")
     assert get(f"{base}/nope")[0] == 404
+
+
+def test_device_series_name_the_gpu_s_container_as_dcgm_exporter_does(running: Sidecar) -> None:
+    """`container` is the GPU's user: on every DCGM series, on none of gpuwise's own."""
+    _, text = metrics(running)
+    series = parse(text)
+    dcgm = [s for s in series if s.name.startswith("DCGM_")]
+    assert len({s.name for s in dcgm}) > 10
+    assert {s.labels.get("container") for s in dcgm} == {"trainer"}
+    assert [s.name for s in series if not s.name.startswith("DCGM_") and "container" in s.labels] == []
+
+
+def test_without_a_known_container_the_label_is_left_out(short_tmp: Path) -> None:
+    identity = Identity.from_environment({"GPUWISE_POD_NAME": "p-0", "GPUWISE_POD_NAMESPACE": "team"})
+    assert identity.container == ""
+    assert Identity.from_environment({"GPUWISE_CONTAINER": "pytorch"}).container == "pytorch"
+    side = Sidecar(
+        backend=SimulatedBackend("steady", 1),
+        identity=identity,
+        socket_path=short_tmp / "steps.sock",
+        instrument_path=short_tmp / "python",
+        port=0,
+    )
+    side.start()
+    try:
+        _, text = metrics(side)
+    finally:
+        side.stop()
+    util = select(parse(text), "DCGM_FI_DEV_GPU_UTIL")
+    assert [(s.labels["pod"], "container" in s.labels) for s in util] == [("p-0", False)]
 
 
 def test_every_series_carries_only_labels_its_catalog_entry_lists(running: Sidecar) -> None:

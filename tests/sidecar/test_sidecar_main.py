@@ -70,6 +70,7 @@ def test_ready_only_with_instrumentation_and_socket_in_place(short_tmp: Path) ->
         GPUWISE_NODE_NAME="gpu-node-7",
         GPUWISE_TRAININGJOB="resnet",
         GPUWISE_WORKER_INDEX="2",
+        GPUWISE_CONTAINER="trainer",
     )
     with sidecar(short_tmp, "--backend", "simulated", "--gpus", "8", env=env) as side:
         assert (side.instrument_dir / "sitecustomize.py").is_file()
@@ -78,8 +79,8 @@ def test_ready_only_with_instrumentation_and_socket_in_place(short_tmp: Path) ->
         series = side.scrape()
     util = [s for s in series if s.name == "DCGM_FI_DEV_GPU_UTIL"]
     assert len(util) == 8
-    assert {(s.labels["Hostname"], s.labels["pod"], s.labels["namespace"]) for s in util} == {
-        ("gpu-node-7", "train-0", "ml")
+    assert {(s.labels["Hostname"], s.labels["pod"], s.labels["namespace"], s.labels["container"]) for s in util} == {
+        ("gpu-node-7", "train-0", "ml", "trainer")
     }
     info = value(series, "gpuwise_sidecar_info", backend="simulated", trainingjob="resnet", worker="2")
     assert info == 1

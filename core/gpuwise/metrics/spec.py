@@ -35,8 +35,9 @@ class Scope(enum.StrEnum):
 DEVICE_LABELS: Final = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 # Present only on series of a MIG instance: the GPU instance's profile name and id.
 MIG_LABELS: Final = ("GPU_I_PROFILE", "GPU_I_ID")
-# Which pod the GPU works for; dcgm-exporter adds the same two when it maps pods to devices.
-POD_LABELS: Final = ("pod", "namespace")
+# Which pod and container the GPU works for; dcgm-exporter adds the same three when it maps pods
+# to devices (`container` only where the sidecar knows the one container using the GPUs).
+POD_LABELS: Final = ("pod", "namespace", "container")
 # Which training job and worker a gpuwise series belongs to.
 JOB_LABELS: Final = ("namespace", "pod", "trainingjob", "worker")
 # A whole TrainingJob: the operator's per-job series (findings, recommendations, summary).

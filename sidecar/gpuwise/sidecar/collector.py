@@ -55,6 +55,7 @@ class Labeller:
         self._common = {
             "namespace": identity.namespace,
             "pod": identity.pod,
+            "container": identity.container,  # only device series list it (the GPU's user)
             "trainingjob": identity.trainingjob,
             "worker": identity.worker,
             "Hostname": identity.hostname,

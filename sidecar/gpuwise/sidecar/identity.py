@@ -1,7 +1,8 @@
-"""Who this sidecar reports for: pod, namespace, node, TrainingJob and worker.
+"""Who this sidecar reports for: pod, namespace, node, TrainingJob, worker and GPU container.
 
 The operator sets these from the downward API (names in `gpuwise.wiring`); outside Kubernetes
-only the host name is known. They become labels, and an empty one is simply left out.
+only the host name is known. They become labels, and an empty one is simply left out. The
+container (the one the pod's GPUs work for) is set only where the operator knows it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Identity:
     pod: str = ""
     trainingjob: str = ""
     worker: str = ""
+    container: str = ""
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Identity:
@@ -30,4 +32,5 @@ class Identity:
             pod=environ.get(wiring.ENV_POD_NAME, ""),
             trainingjob=environ.get(wiring.ENV_TRAININGJOB, ""),
             worker=environ.get(wiring.ENV_WORKER_INDEX, ""),
+            container=environ.get(wiring.ENV_CONTAINER, ""),
         )
