@@ -61,6 +61,7 @@ def test_webhook_injects_the_sidecar_into_labelled_pods(
                     "name": "pytorch",
                     "image": "pytorch/pytorch:latest",
                     "env": [{"name": "PYTHONPATH", "value": "/workspace"}],
+                    "resources": {"limits": {"nvidia.com/gpu": 8}},
                 }
             ]
         },
@@ -84,6 +85,7 @@ def test_webhook_injects_the_sidecar_into_labelled_pods(
     assert env_of(sidecar)["GPUWISE_TRAININGJOB"] == {
         "fieldRef": {"fieldPath": "metadata.labels['gpuwise.io/trainingjob']"}
     }
+    assert env_of(sidecar)["GPUWISE_CONTAINER"] == "pytorch", "the one container requesting GPUs"
     env = env_of(mutated["spec"]["containers"][0])
     assert env["PYTHONPATH"] == "/var/run/gpuwise/python:/workspace"
     # The checkpoint handshake: the pod's request annotation reaches the trainer as a file.

@@ -10,7 +10,7 @@ import pytest
 from gpuwise.api.trainingjob import Instrumentation, TrainingJobSpec
 from gpuwise.operator import workload
 from gpuwise.operator.config import SidecarSettings
-from gpuwise.operator.inject import inject_sidecar
+from gpuwise.operator.inject import gpu_container, inject_sidecar
 
 OWNER = {
     "apiVersion": "gpuwise.io/v1alpha1",
@@ -148,7 +148,10 @@ def test_sidecar_knows_its_pod_and_shares_the_socket_dir_with_the_trainer() -> N
         "GPUWISE_NODE_NAME": field("spec.nodeName"),
         "GPUWISE_WORKER_INDEX": field("metadata.annotations['batch.kubernetes.io/job-completion-index']"),
         "GPUWISE_TRAININGJOB": "llama",
+        # Not from the downward API: the operator rendered the trainer, the GPUs' user.
+        "GPUWISE_CONTAINER": "trainer",
     }
+    assert trainer["name"] == "trainer"
     assert env(trainer)["RANK"] == env(sidecar)["GPUWISE_WORKER_INDEX"], "worker index = node rank"
     # One emptyDir, mounted by both at the directory of the socket the sidecar binds and the trainer sends to.
     assert [v for v in pod["volumes"] if v["name"] == "gpuwise-runtime"] == [
@@ -168,6 +171,39 @@ def test_a_webhook_injected_sidecar_reads_its_trainingjob_from_the_pod_label() -
     assert env(injected["initContainers"][0])["GPUWISE_TRAININGJOB"] == field(
         "metadata.labels['gpuwise.io/trainingjob']"
     )
+
+
+def gpu(name: str, resource: str = "nvidia.com/gpu", amount: Any = 1, *, where: str = "limits") -> dict[str, Any]:
+    return {"name": name, "image": "i", "resources": {where: {"cpu": "4", resource: amount}}}
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        ({"containers": [{"name": "sidecar-proxy", "image": "envoy"}, gpu("pytorch")]}, "pytorch"),
+        ({"containers": [gpu("pytorch", "nvidia.com/mig-3g.40gb")]}, "pytorch"),
+        ({"containers": [gpu("pytorch", "nvidia.com/gpu.shared", "1", where="requests")]}, "pytorch"),
+        # No GPU container: nothing to name.
+        ({"containers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}, None),
+        ({"containers": [gpu("a", amount=0), gpu("b", amount="0")]}, None),
+        ({"containers": [gpu("nic-user", "nvidia.com/hostdev")]}, None),  # a NIC, not a GPU
+        # Several: which one uses the GPU the series is about is unknown, so no guess.
+        ({"containers": [gpu("trainer"), gpu("evaluator", "nvidia.com/mig-1g.10gb")]}, None),
+        ({"initContainers": [gpu("warm-up")], "containers": [gpu("trainer")]}, None),
+    ],
+)
+def test_a_webhook_injected_sidecar_names_the_one_gpu_container(pod: dict[str, Any], expected: str | None) -> None:
+    sidecar = inject_sidecar(pod, settings=SidecarSettings())["initContainers"][0]
+    assert env(sidecar).get("GPUWISE_CONTAINER") == expected
+    assert gpu_container(pod) == expected
+    # Exactly one such variable, or none: the sidecar leaves the label out rather than emit it empty.
+    assert [e["name"] for e in sidecar["env"]].count("GPUWISE_CONTAINER") == (expected is not None)
+
+
+def test_a_trainingjob_names_its_trainer_whatever_it_requests() -> None:
+    for resources in ({}, {"limits": {"nvidia.com/mig-1g.10gb": 1}}):
+        pod = render(resourcesPerNode=resources)["spec"]["template"]["spec"]
+        assert env(pod["initContainers"][0])["GPUWISE_CONTAINER"] == "trainer"
 
 
 def test_injection_is_idempotent_and_leaves_the_input_alone() -> None:

@@ -13,26 +13,60 @@ The trainer also gets the pod's checkpoint-request annotation as a read-only dow
 the operator asks for a checkpoint by annotating the pod, and the instrumentation library reads
 the file at step boundaries (the kubelet refreshes it within its sync period, about a minute).
 The kubelet projects it, so the sidecar needs neither a Kubernetes client nor RBAC to watch its pod.
+
+The sidecar labels its DCGM device series with the container the GPUs work for, as dcgm-exporter
+does: the trainer of a TrainingJob; on the webhook path, the one container that requests an
+`nvidia.com/*` GPU resource. With none, or several, the label is left out rather than guessed.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Final
 
 from gpuwise import wiring
 from gpuwise.api.trainingjob import Instrumentation
 from gpuwise.operator.config import SidecarSettings
 
 JsonDict = dict[str, Any]
+# The NVIDIA device plugin's GPU resources: `nvidia.com/gpu`, its shares (`nvidia.com/gpu.shared`)
+# and MIG slices (`nvidia.com/mig-<profile>`); not other nvidia.com devices such as NICs.
+GPU_RESOURCE_PREFIXES: Final = ("nvidia.com/gpu", "nvidia.com/mig-")
 
 
 def _downward(field_path: str) -> JsonDict:
     return {"fieldRef": {"fieldPath": field_path}}
 
 
-def sidecar_container(settings: SidecarSettings, sample_interval: float, trainingjob: str | None) -> JsonDict:
-    """The native sidecar container exporting NVML and step metrics on :9400."""
+def gpu_container(pod_spec: JsonDict) -> str | None:
+    """The name of the one container requesting a GPU, MIG slice or GPU share; None for none or several.
+
+    Init containers count too: one holding a GPU makes the pod's GPU user ambiguous.
+    """
+    users: list[str] = [
+        container.get("name", "")
+        for container in (*pod_spec.get("initContainers", []), *pod_spec.get("containers", []))
+        if _requests_gpu(container) and container.get("name") != wiring.SIDECAR_CONTAINER
+    ]
+    return (users[0] or None) if len(users) == 1 else None
+
+
+def _requests_gpu(container: JsonDict) -> bool:
+    resources: JsonDict = container.get("resources") or {}
+    # Extended resources need limits (requests, if given, must equal them); accept either.
+    amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+    return any(
+        name.startswith(GPU_RESOURCE_PREFIXES) and str(amount).strip() != "0" for name, amount in amounts.items()
+    )
+
+
+def sidecar_container(
+    settings: SidecarSettings, sample_interval: float, trainingjob: str | None, gpu_user: str | None = None
+) -> JsonDict:
+    """The native sidecar container exporting NVML and step metrics on :9400.
+
+    `gpu_user`: the container the pod's GPUs work for (the `container` label), or None: no label.
+    """
     index_path = f"metadata.annotations['{wiring.JOB_COMPLETION_INDEX_ANNOTATION}']"
     env: list[JsonDict] = [
         {"name": wiring.ENV_POD_NAME, "valueFrom": _downward("metadata.name")},
@@ -47,6 +81,7 @@ def sidecar_container(settings: SidecarSettings, sample_interval: float, trainin
                 else {"valueFrom": _downward(f"metadata.labels['{wiring.LABEL_TRAININGJOB}']")}
             ),
         },
+        *([{"name": wiring.ENV_CONTAINER, "value": gpu_user}] if gpu_user else []),
         # The sidecar requests no GPU, so the device plugin mounts none: this asks the NVIDIA
         # container runtime for every GPU of the node, read-only through NVML ("utility").
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
@@ -119,8 +154,12 @@ def inject_sidecar(
     instrumentation: Instrumentation = Instrumentation.AUTO,
     sample_interval: float = 1.0,
     trainingjob: str | None = None,
+    gpu_user: str | None = None,
 ) -> JsonDict:
     """Return a copy of `pod_spec` with the sidecar, the shared volume and the trainer wiring.
+
+    `gpu_user` names the container the GPUs work for (a TrainingJob's trainer); without it, the one
+    container of the pod that requests a GPU resource (`gpu_container`), if exactly one does.
 
     Idempotent: a spec that already has the sidecar is returned unchanged, so a pod that passes
     the webhook twice (or a rendered TrainingJob pod that is also labelled) gets one sidecar.
@@ -130,7 +169,8 @@ def inject_sidecar(
     if any(c.get("name") == wiring.SIDECAR_CONTAINER for c in init_containers):
         return spec
     # Native sidecars start in order: put ours first so user init containers can already report.
-    init_containers.insert(0, sidecar_container(settings, sample_interval, trainingjob))
+    user = gpu_user or gpu_container(spec)
+    init_containers.insert(0, sidecar_container(settings, sample_interval, trainingjob, user))
     spec.setdefault("volumes", []).extend([{"name": wiring.RUNTIME_VOLUME, "emptyDir": {}}, podinfo_volume()])
     mounts: list[JsonDict] = [
         {"name": wiring.RUNTIME_VOLUME, "mountPath": wiring.RUNTIME_DIR},

@@ -123,6 +123,7 @@ def pod_spec(name: str, namespace: str, spec: TrainingJobSpec, sidecar: SidecarS
         instrumentation=spec.telemetry.instrumentation,
         sample_interval=spec.telemetry.sample_interval_seconds,
         trainingjob=name,
+        gpu_user=TRAINER_CONTAINER,  # the trainer uses the GPUs, whether or not it requests them itself
     )
 
 
