@@ -88,3 +88,34 @@ def operator_container(docs: list[Manifest]) -> Manifest:
     deployment = one(docs, "Deployment")
     containers: list[Manifest] = deployment["spec"]["template"]["spec"]["containers"]
     return next(c for c in containers if c["name"] == "operator")
+
+
+# prometheus-operator's RelabelConfig fields, as it writes them into Prometheus's configuration.
+_RELABEL_FIELDS = {
+    "sourceLabels": "source_labels",
+    "separator": "separator",
+    "targetLabel": "target_label",
+    "regex": "regex",
+    "modulus": "modulus",
+    "replacement": "replacement",
+    "action": "action",
+}
+
+
+def prometheus_relabel_configs(relabelings: list[Manifest]) -> list[Manifest]:
+    """A PodMonitor's relabelings as the Prometheus Operator hands them to Prometheus."""
+    return [
+        {_RELABEL_FIELDS[key]: value.lower() if key == "action" else value for key, value in rule.items()}
+        for rule in relabelings
+    ]
+
+
+def sidecar_scrape_endpoint(values: dict[str, Any] | None = None) -> Manifest:
+    """The sidecars' PodMonitor endpoint the chart renders (monitoring.podMonitor enabled)."""
+    values = values or {}
+    monitoring = values.get("monitoring", {})
+    enabled = {**monitoring, "podMonitor": {**monitoring.get("podMonitor", {}), "enabled": True}}
+    monitor = one(render({**values, "monitoring": enabled}), "PodMonitor", f"{RELEASE}-gpuwise-sidecars")
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    result: Manifest = endpoint
+    return result

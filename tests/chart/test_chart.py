@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -28,8 +31,10 @@ from tests.chart.support import (
     find,
     one,
     operator_container,
+    prometheus_relabel_configs,
     render,
     render_files,
+    sidecar_scrape_endpoint,
 )
 
 
@@ -422,6 +427,55 @@ def test_podmonitors_scrape_the_sidecar_port_of_trainingjob_and_injected_pods() 
     # Without the webhook there are no injected pods to scrape.
     only = find(render(CLUSTERWIDE_HA | {"webhook": {"enabled": False}}), "PodMonitor")
     assert [m["spec"]["namespaceSelector"] for m in only] == [{"any": True}]
+
+
+# What the PodMonitors do to the sidecar's series after the scrape (honorLabels: false, the default).
+GPU_CONTAINER_RELABELINGS = [
+    {
+        "action": "replace",
+        "sourceLabels": ["exported_container"],
+        "regex": "(.+)",
+        "targetLabel": "container",
+        "replacement": "$1",
+    },
+    {
+        "action": "replace",
+        "sourceLabels": ["__name__", "exported_container"],
+        "regex": "DCGM_.+;",
+        "targetLabel": "container",
+        "replacement": "",
+    },
+    {"action": "labeldrop", "regex": "exported_(pod|namespace|container)"},
+]
+
+
+def test_podmonitors_put_the_gpu_s_container_on_dcgm_series(tmp_path: Path) -> None:
+    """The exposition's `container` (the trainer) arrives as `exported_container`: move it back.
+
+    A real Prometheus applies these in tests/chart/test_dashboards.py; here, their rendering.
+    """
+    docs = render(EVERYTHING)
+    for monitor in find(docs, "PodMonitor"):
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        assert endpoint["honorLabels"] is False
+        # In this order: the copy is read before it is dropped.
+        assert endpoint["metricRelabelings"] == GPU_CONTAINER_RELABELINGS, monitor["metadata"]["name"]
+    # Trusting the exposition's labels, nothing arrives renamed.
+    honoured = sidecar_scrape_endpoint({"monitoring": {"podMonitor": {"honorLabels": True}}})
+    assert honoured["honorLabels"] is True and "metricRelabelings" not in honoured
+    if shutil.which("promtool") is None:
+        pytest.skip("needs promtool (make system-deps) to check the scrape configuration")
+    endpoint = sidecar_scrape_endpoint()
+    job = {
+        "job_name": SIDECAR_JOB,
+        "static_configs": [{"targets": ["127.0.0.1:9400"]}],
+        "relabel_configs": prometheus_relabel_configs(endpoint["relabelings"]),
+        "metric_relabel_configs": prometheus_relabel_configs(endpoint["metricRelabelings"]),
+    }
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"scrape_configs": [job]}))
+    check = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_servicemonitor_scrapes_the_operator_metrics_port() -> None:

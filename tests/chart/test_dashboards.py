@@ -2,9 +2,10 @@
 
 Two workers of one TrainingJob, each a real `gpuwise sidecar --backend simulated` with its own
 training process (a real PyTorch loop on one, the manual instrumentation API on the other), are
-scraped the way the chart's PodMonitor has Prometheus scrape them: job `gpuwise-sidecar`, the
-target's own pod and namespace labels, the exported copies dropped. Prometheus also loads the
-chart's alert rules: on this healthy job none of them may fire or even be pending.
+scraped the way the chart's PodMonitor has Prometheus scrape them: its rendered relabelings and
+metric relabelings, translated as the Prometheus Operator does (job `gpuwise-sidecar`, the
+target's own pod and namespace labels, DCGM series naming the GPU's container). Prometheus also
+loads the chart's alert rules: on this healthy job none of them may fire or even be pending.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuwise.metrics import catalog
 from gpuwise.observability import DASHBOARDS
 from gpuwise.observability.promql import SIDECAR_JOB
-from tests.chart.support import CHART
+from tests.chart.support import CHART, prometheus_relabel_configs, sidecar_scrape_endpoint
 from tests.sidecar.support import SidecarProcess, environment, sidecar
 from tests.support.prometheus import Prometheus, running
 from tests.support.waiting import eventually, get
@@ -38,6 +40,10 @@ pytestmark = [
 
 NAMESPACE, JOB = "team", "resnet"
 WORKERS = ("resnet-0-x7k2p", "resnet-1-q9m4z")
+# The container each worker's GPUs work for, as the operator tells its sidecar: the trainer on the
+# first; none on the second, as for an injected pod with several GPU containers.
+GPU_CONTAINERS = ("trainer", "")
+SIDECAR_CONTAINER = "gpuwise-sidecar"
 # What Grafana puts in for its built-in variables, at this test's time scale.
 BUILTINS = {"$__rate_interval": "20s", "$__interval_ms": "2000", "$__interval": "2s", "$__range": "40s"}
 
@@ -81,6 +87,7 @@ MANUAL_TRAINER = textwrap.dedent(
 @contextmanager
 def prometheus(tmp: Path, sidecars: list[tuple[str, SidecarProcess]]) -> Iterator[Prometheus]:
     """A real Prometheus scraping the sidecars with the PodMonitor's labelling, rules loaded."""
+    endpoint = sidecar_scrape_endpoint()
     targets = [
         {
             "targets": [f"127.0.0.1:{side.port}"],
@@ -88,8 +95,8 @@ def prometheus(tmp: Path, sidecars: list[tuple[str, SidecarProcess]]) -> Iterato
             "labels": {
                 "namespace": NAMESPACE,
                 "pod": pod,
-                "container": "gpuwise-sidecar",
-                "endpoint": "gpuwise-metrics",
+                "container": SIDECAR_CONTAINER,
+                "endpoint": endpoint["port"],
             },
         }
         for pod, side in sidecars
@@ -100,9 +107,10 @@ def prometheus(tmp: Path, sidecars: list[tuple[str, SidecarProcess]]) -> Iterato
         "scrape_configs": [
             {
                 "job_name": SIDECAR_JOB,
-                "honor_labels": False,
+                "honor_labels": endpoint["honorLabels"],
                 "static_configs": targets,
-                "metric_relabel_configs": [{"action": "labeldrop", "regex": "exported_(pod|namespace)"}],
+                "relabel_configs": prometheus_relabel_configs(endpoint["relabelings"]),
+                "metric_relabel_configs": prometheus_relabel_configs(endpoint.get("metricRelabelings", [])),
             }
         ],
     }
@@ -138,6 +146,7 @@ def server() -> Iterator[Prometheus]:
                 GPUWISE_TRAININGJOB=JOB,
                 GPUWISE_WORKER_INDEX=str(index),
                 GPUWISE_NODE_NAME=f"gpu-node-{index}",
+                GPUWISE_CONTAINER=GPU_CONTAINERS[index],
             )
             work = tmp / f"w{index}"
             work.mkdir()
@@ -235,6 +244,24 @@ def test_dcgm_dashboard_12239_shows_data_unchanged(server: Prometheus) -> None:
             assert server.query(query), f"panel {panel['title']!r} would be empty: {query}"
             checked += 1
     assert checked >= 8
+
+
+def test_dcgm_series_name_the_gpu_s_container_and_gpuwise_series_the_sidecar(server: Prometheus) -> None:
+    """dcgm-exporter's `container` is the GPU's user: the trainer, or nothing where none is known."""
+    eventually(lambda: len(server.label_values("pod", "DCGM_FI_DEV_GPU_UTIL")) == 2, timeout=30)
+    util = server.query("DCGM_FI_DEV_GPU_UTIL")
+    assert {(r["metric"]["pod"], r["metric"].get("container")) for r in util} == {
+        (WORKERS[0], GPU_CONTAINERS[0]),
+        (WORKERS[1], None),  # not the sidecar: it only watches the GPUs
+    }
+    assert len(util) == 4
+    # gpuwise's own series keep the target's container, the sidecar that produced them.
+    info = server.query(catalog.SIDECAR_INFO.name)
+    assert {r["metric"]["container"] for r in info} == {SIDECAR_CONTAINER} and len(info) == 2
+    # No renamed copy is left on any series.
+    assert server.query('{__name__=~".+", exported_container=~".+"}') == []
+    assert server.query('{__name__=~".+", exported_pod=~".+"}') == []
+    assert server.query('{__name__=~".+", exported_namespace=~".+"}') == []
 
 
 def test_no_alert_fires_on_a_healthy_job(server: Prometheus) -> None:
