@@ -74,15 +74,23 @@ def test_adjust_config_builds_on_earlier_overrides_and_refuses_a_no_op() -> None
     assert isinstance(refusal, Refusal) and refusal.reason == "NothingToChange"
 
 
-def test_keep_global_batch_size_through_gradient_accumulation() -> None:
+def test_keep_global_batch_size_refuses_a_plan_that_changes_it() -> None:
     job = view({"BATCH": "32", "ACCUM": "4"}, keepGlobalBatchSize=True)
-    assert dict(planned(job, recommend(BATCH="64")).changes) == {"BATCH": "64", "ACCUM": "2"}
-    assert dict(planned(job, recommend(BATCH="256")).changes) == {"BATCH": "256", "ACCUM": "1"}, "clamped to min"
-    assert dict(planned(job, recommend(BATCH="64", ACCUM="3")).changes) == {"BATCH": "64", "ACCUM": "3"}
+    assert dict(planned(job, recommend(BATCH="64", ACCUM="2")).changes) == {"BATCH": "64", "ACCUM": "2"}
+    assert dict(planned(job, recommend(WORKERS="4")).changes) == {"WORKERS": "4"}, "the batch is not touched"
+    refused = {
+        "no accumulation to go with it": (job, recommend(BATCH="64")),
+        "a different product": (job, recommend(BATCH="64", ACCUM="3")),
+        "the bound clamps the batch": (job, recommend(BATCH="512", ACCUM="1")),
+        "the batch is not a plain value": (view(keepGlobalBatchSize=True), recommend(BATCH="64", ACCUM="1")),
+    }
+    for why, (subject, recommendation) in refused.items():
+        refusal = ADJUST_CONFIG.plan(subject, recommendation, SETTINGS)
+        assert isinstance(refusal, Refusal) and refusal.reason == "GlobalBatchChanged", why
+    different = ADJUST_CONFIG.plan(job, recommend(BATCH="64", ACCUM="3"), SETTINGS)
+    assert isinstance(different, Refusal) and "would go from 128 to 192" in different.message
     not_asked = view({"BATCH": "32", "ACCUM": "4"})
     assert dict(planned(not_asked, recommend(BATCH="64")).changes) == {"BATCH": "64"}
-    unknown_batch = view(keepGlobalBatchSize=True)  # BATCH not a plain value in the spec: nothing to keep
-    assert dict(planned(unknown_batch, recommend(BATCH="64")).changes) == {"BATCH": "64"}
 
 
 def test_reschedule_avoids_the_straggler_node() -> None:

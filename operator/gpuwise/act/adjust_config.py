@@ -2,8 +2,10 @@
 
 Only what the user declared in `spec.efficiency.tunables` is ever changed: an environment
 variable per knob, whole numbers clamped to the declared `min`/`max`, switches "0" or "1". With
-`keepGlobalBatchSize`, a new batch size comes with the gradient accumulation that keeps
-batch × accumulation as it was (clamped too; the record shows what was set). The job restarts
+`keepGlobalBatchSize`, the recommendation carries the batch size and the gradient accumulation
+that keep batch × accumulation as it is (`gpuwise.diagnose.rules.larger_batch` computes the pair);
+a plan that would change that product anyway (a bound clamped one of them, or the pair is not
+there) is refused rather than half applied. The job restarts
 from its checkpoint with the new values; after `verifyWindow` the runner compares throughput with
 the baseline and reverts (another checkpointed restart) when it got worse.
 """
@@ -46,21 +48,23 @@ def current_env(job: JobView) -> dict[str, str]:
     return {**values, **job.overrides.env}
 
 
-def keep_global_batch(job: JobView, changes: dict[str, str]) -> None:
-    """Add the accumulation that keeps batch × accumulation, when asked and computable."""
+def global_batch_change(job: JobView, changes: dict[str, str]) -> str | None:
+    """Why `changes` would alter the batch × accumulation the job asked to keep; None if they would not."""
     tunables = job.spec.efficiency.tunables
     batch, accumulation = tunables.batch_size, tunables.gradient_accumulation_steps
-    if not tunables.keep_global_batch_size or batch is None or accumulation is None:
-        return
-    if batch.env not in changes or accumulation.env in changes:
-        return
+    if not tunables.keep_global_batch_size or batch is None or batch.env not in changes:
+        return None
+    if accumulation is None:
+        return "keepGlobalBatchSize needs spec.efficiency.tunables.gradientAccumulationSteps"
     now = current_env(job)
     try:
-        old_batch, old_steps = int(now[batch.env]), int(now.get(accumulation.env, "1"))
+        before = int(now[batch.env]) * int(now[accumulation.env])
+        after = int(changes[batch.env]) * int(changes.get(accumulation.env, now[accumulation.env]))
     except (KeyError, ValueError):
-        return  # the current batch is not a plain value of the spec: nothing to keep it against
-    steps = max(1, round(old_batch * old_steps / int(changes[batch.env])))
-    changes[accumulation.env] = str(min(max(steps, accumulation.min), accumulation.max))
+        return f"{batch.env} and {accumulation.env} are not plain values in the trainer's env"
+    if after != before:
+        return f"{batch.env} × {accumulation.env} would go from {before} to {after}, and keepGlobalBatchSize is set"
+    return None
 
 
 class AdjustConfig(Action):
@@ -74,7 +78,8 @@ class AdjustConfig(Action):
             clamped = clamp(value, knob) if knob is not None else None
             if clamped is not None:
                 changes[env] = clamped
-        keep_global_batch(job, changes)
+        if reason := global_batch_change(job, changes):
+            return Refusal("GlobalBatchChanged", reason)
         now = current_env(job)
         changes = {env: value for env, value in changes.items() if now.get(env) != value}
         if not changes:
