@@ -121,6 +121,7 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
         gpus=max(len(gpus), 1),
         gpu_model=models[0] if models else None,
         cpu_cores=float(len(os.sched_getaffinity(0))),
+        processes_per_node=max(1, len(processes)),  # the ranks that reported share this machine's cores
         batch_size=setup.get("batch_size"),
         num_workers=setup.get("num_workers"),
         pin_memory=setup.get("pin_memory"),
