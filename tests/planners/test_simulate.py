@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpuwise import cli
-from gpuwise.simulate.experiment import PolicyResult, SeedResult, paired_wins, run_policy, run_seed
+from gpuwise.simulate.experiment import PolicyResult, SeedResult, paired_wins, run_seed
 from gpuwise.simulate.main import main
 from gpuwise.simulate.replay import Curve
 from gpuwise.simulate.report import table
@@ -207,13 +207,30 @@ def test_the_shared_trace_is_the_one_of_the_paper() -> None:
 
 @needs_trace
 @pytest.mark.slow
-def test_default_trace_regression() -> None:
-    """One seed (42, the reference's first) on the default trace: FGD as published, gpuwise
-    above it and not below what the report says. (Speed is bench/packing.py's, not a test's.)"""
+@pytest.mark.parametrize(
+    ("trace", "fgd_published", "gpuwise_floor", "lead"),
+    [
+        # gpuwise allocates more than fgd on 10/10 seeds of 42-51 at 100 % (9/10 at 130 %).
+        ("default", (95.23, 95.39), (95.30, 95.40), 0.0),
+        # gpuwise wins on 7/10 seeds at 100 % (6/10 at 130 %); seed 42 is one where it allocates
+        # 0.05 points less than fgd, so here it must only stay within a tenth of a point of it.
+        ("multigpu20", (95.53, 95.65), (95.50, 95.70), -0.1),
+        # gpuwise wins on 10/10 seeds at 100 % (9/10 at 130 %); the paper publishes no figure here.
+        ("gpushare20", None, (96.70, 96.75), 0.0),
+    ],
+)
+def test_trace_regression(
+    trace: str, fgd_published: tuple[float, float] | None, gpuwise_floor: tuple[float, float], lead: float
+) -> None:
+    """Seed 42 (the reference's first) on each shared trace: fgd as the paper publishes it (its
+    mean over 10 seeds, within 0.3 points), gpuwise not below what the README reports for that
+    seed, and ahead of fgd by more than ``lead`` points at 100 % and at 130 % arrived. (Speed is
+    bench/packing.py's, not a test's; the figures over all seeds are in the README.)"""
     nodes = load_nodes(NODES_CSV)
-    pods = load_pods(OPENB / "openb_pod_list_default.csv", nodes)
-    fgd = run_policy(nodes, pods, "fgd", [42])
-    gpuwise = run_policy(nodes, pods, "gpuwise", [42])
-    assert abs(fgd.mean("alloc_at_100") - 95.23) < 0.3 and abs(fgd.mean("alloc_at_130") - 95.39) < 0.3
-    assert gpuwise.mean("alloc_at_100") >= 95.30 and gpuwise.mean("alloc_at_130") >= 95.40
-    assert gpuwise.mean("alloc_at_100") > fgd.mean("alloc_at_100")
+    pods = load_pods(OPENB / f"openb_pod_list_{trace}.csv", nodes)
+    fgd = run_seed(nodes, pods, "fgd", 42)
+    gpuwise = run_seed(nodes, pods, "gpuwise", 42)
+    if fgd_published is not None:
+        assert abs(fgd.alloc_at_100 - fgd_published[0]) < 0.3 and abs(fgd.alloc_at_130 - fgd_published[1]) < 0.3
+    assert gpuwise.alloc_at_100 >= gpuwise_floor[0] and gpuwise.alloc_at_130 >= gpuwise_floor[1]
+    assert gpuwise.alloc_at_100 - fgd.alloc_at_100 > lead and gpuwise.alloc_at_130 - fgd.alloc_at_130 > lead
