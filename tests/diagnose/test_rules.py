@@ -50,17 +50,31 @@ def window(**overrides: Any) -> JobWindow:
     return JobWindow(**healthy)
 
 
-def run(w: JobWindow, active: frozenset[str] = frozenset(), tunables: Tunables = TUNABLES) -> dict[str, Any]:
-    ctx = Context(
+def context(
+    w: JobWindow,
+    active: frozenset[str] = frozenset(),
+    tunables: Tunables = TUNABLES,
+    previous: dict[str, Finding] | None = None,
+    since: dict[str, datetime] | None = None,
+) -> Context:
+    """One evaluation's context; `previous` findings also mark their kinds active since they appeared."""
+    previous = previous or {}
+    return Context(
         window=w,
         tunables=tunables,
         thresholds=DiagnosisThresholds(),
         sustain=Sustain(),
         now=NOW,
-        active=active,
-        since={},
+        active=active | frozenset(previous),
+        since=since or {kind: f.since for kind, f in previous.items()},
+        previous=previous,
     )
-    return {finding.kind: (finding, recommendation) for finding, recommendation in diagnose(ctx)}
+
+
+def run(w: JobWindow, active: frozenset[str] = frozenset(), tunables: Tunables = TUNABLES) -> dict[str, Any]:
+    return {
+        finding.kind: (finding, recommendation) for finding, recommendation in diagnose(context(w, active, tunables))
+    }
 
 
 def test_a_healthy_job_has_no_finding() -> None:
@@ -253,16 +267,7 @@ def test_bad_sustain_settings_are_refused() -> None:
 def test_findings_keep_their_first_appearance() -> None:
     earlier = datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
     w = window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.7] * 60)
-    ctx = Context(
-        window=w,
-        tunables=TUNABLES,
-        thresholds=DiagnosisThresholds(),
-        sustain=Sustain(),
-        now=NOW,
-        active=frozenset({"InputBound"}),
-        since={"InputBound": earlier},
-    )
-    (finding, _), *_ = diagnose(ctx)
+    (finding, _), *_ = diagnose(context(w, frozenset({"InputBound"}), since={"InputBound": earlier}))
     assert finding.since == earlier
 
 
@@ -304,17 +309,7 @@ def test_a_straggler_slow_for_longer_than_the_window_keeps_its_finding_until_it_
     kinds_at: dict[int, list[tuple[str, int | None]]] = {}
     for end in range(60, total + 1, 4):
         w = window(worker_step_seconds={k: v[end - 60 : end] for k, v in history.items()})
-        ctx = Context(
-            window=w,
-            tunables=TUNABLES,
-            thresholds=DiagnosisThresholds(),
-            sustain=Sustain(),
-            now=NOW,
-            active=frozenset(previous),
-            since={kind: f.since for kind, f in previous.items()},
-            previous=previous,
-        )
-        previous = {finding.kind: finding for finding, _ in diagnose(ctx)}
+        previous = {finding.kind: finding for finding, _ in diagnose(context(w, previous=previous))}
         kinds_at[end] = sorted((kind, f.worker) for kind, f in previous.items())
     slow_cycles = [end for end in kinds_at if end <= slow_until]
     assert all(kinds_at[end] == [("Straggler", 5)] for end in slow_cycles), kinds_at
