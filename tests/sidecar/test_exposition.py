@@ -31,19 +31,25 @@ DCGM_LINTS = re.compile(
 )
 
 
-@pytest.fixture
-def running(short_tmp: Path) -> Iterator[Sidecar]:
-    identity = Identity(
-        hostname="node-a", namespace="team", pod='odd "pod"\\name\n', trainingjob="job", worker="3", container="trainer"
-    )
+def started(identity: Identity, short_tmp: Path, gpus: int) -> Sidecar:
+    """A sidecar on simulated steady GPUs, serving on a free port; the caller stops it."""
     side = Sidecar(
-        backend=SimulatedBackend("steady", 2),
+        backend=SimulatedBackend("steady", gpus),
         identity=identity,
         socket_path=short_tmp / "steps.sock",
         instrument_path=short_tmp / "python",
         port=0,
     )
     side.start()
+    return side
+
+
+@pytest.fixture
+def running(short_tmp: Path) -> Iterator[Sidecar]:
+    identity = Identity(
+        hostname="node-a", namespace="team", pod='odd "pod"\\name\n', trainingjob="job", worker="3", container="trainer"
+    )
+    side = started(identity, short_tmp, gpus=2)
     assert side.receiver is not None
     side.receiver.handle(totals(12), 1_700_000_000.0)
     side.receiver.handle(b"garbage", 1_700_000_000.0)
@@ -143,14 +149,7 @@ def test_without_a_known_container_the_label_is_left_out(short_tmp: Path) -> Non
     identity = Identity.from_environment({"GPUWISE_POD_NAME": "p-0", "GPUWISE_POD_NAMESPACE": "team"})
     assert identity.container == ""
     assert Identity.from_environment({"GPUWISE_CONTAINER": "pytorch"}).container == "pytorch"
-    side = Sidecar(
-        backend=SimulatedBackend("steady", 1),
-        identity=identity,
-        socket_path=short_tmp / "steps.sock",
-        instrument_path=short_tmp / "python",
-        port=0,
-    )
-    side.start()
+    side = started(identity, short_tmp, gpus=1)
     try:
         _, text = metrics(side)
     finally:
