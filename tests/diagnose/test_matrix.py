@@ -80,3 +80,21 @@ def test_a_truncated_answer_is_refused() -> None:
     body = answer([series(NASTY[0], ["1", "2"])])
     with pytest.raises(matrix.MalformedAnswer, match="not a Prometheus matrix answer"):
         matrix.decode(body[: body.index(b'"values"') + 5])
+
+
+def test_points_are_the_timed_pairs_with_the_grid_computed_or_read() -> None:
+    start = 1_795_000_000.125
+    on_grid = [[start + 15 * i, v] for i, v in enumerate(["1", "0.5042016806722689", "NaN", "3"])]
+    with_gap = [on_grid[0], on_grid[2], on_grid[3]]
+    whole_seconds = [[1_795_000_000 + 15 * i, "2"] for i in range(3)]
+    body = answer([{"metric": {}, "values": v} for v in (on_grid, with_gap, whole_seconds, on_grid[:1])])
+    decoded = matrix.decode(body)
+    assert decoded is not None
+    for got in decoded:
+        for step in (15.0, 7.5, 0.0001):  # the query's step, another, one finer than a millisecond
+            points = got.points(step)
+            assert repr(list(points)) == repr(got.timed()) == repr(points)
+            assert len(points) == len(got.timed()) and points[-1] == got.timed()[-1]
+            assert repr(points[1:]) == repr(got.timed()[1:])
+    assert decoded[0].points(15).times is decoded[0].points(15.0).times, "one grid for a query's series"
+    assert decoded[1].texts() == [b"1", b"NaN", b"3"]

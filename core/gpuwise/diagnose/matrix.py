@@ -15,17 +15,78 @@ series' points end at the first `]]`, which no number or value string contains.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, overload
 
 SUCCESSFUL_MATRIX: Final = b'{"status":"success","data":{"resultType":"matrix","result":['
 _SERIES: Final = b'{"metric":'
 _VALUES: Final = b',"values":['
 _POINT: Final = re.compile(rb'\[([^,\]]+),"([^"]*)"\]')
 _VALUE: Final = re.compile(rb',"([^"]*)"\]')
+_TIME: Final = re.compile(rb'\[([^,\]]+),"')
+_MILLISECONDS: Final = re.compile(rb"(\d+)(?:\.(\d{1,3}))?")  # how Prometheus writes a timestamp
+
+
+class Points(Sequence[tuple[float, float]]):
+    """(unix time, value) pairs held as two arrays of doubles: 16 bytes a point, not a 104-byte tuple.
+
+    At 10,000 jobs of 4 workers the step times are 2 million points a cycle; as tuples of floats
+    they were 220 MB of the operator's RSS and most of the read's CPU. Iterating yields the same
+    tuples `RangeSeries.timed()` does. The arrays may be shared between series (`_grid`): never
+    write into them.
+    """
+
+    __slots__ = ("times", "values")
+
+    def __init__(self, times: array[float], values: array[float]) -> None:
+        self.times, self.values = times, values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.times, self.values, strict=True)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[float, float]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[float, float]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[float, float] | list[tuple[float, float]]:
+        if isinstance(index, slice):
+            return list(zip(self.times[index], self.values[index], strict=True))
+        return self.times[index], self.values[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+def _milliseconds(timestamp: bytes) -> int | None:
+    """A timestamp as Prometheus writes it (seconds, at most 3 decimals) in whole milliseconds."""
+    match = _MILLISECONDS.fullmatch(timestamp)
+    if match is None:
+        return None
+    seconds, fraction = match.groups()
+    return int(seconds) * 1000 + int((fraction or b"").ljust(3, b"0"))
+
+
+@functools.lru_cache(maxsize=64)  # every series of a query shares the query's grid
+def _grid(first_ms: int, step_ms: int, points: int) -> array[float]:
+    """`points` times from `first_ms`, `step_ms` apart, as `float(text)` would read them.
+
+    An exact whole number of milliseconds divided by 1000 is correctly rounded, as is parsing
+    its decimal text: the same double.
+    """
+    return array("d", [(first_ms + k * step_ms) / 1000 for k in range(points)])
 
 
 class MalformedAnswer(ValueError):
@@ -45,6 +106,10 @@ class RangeSeries:
         """The values, unboxed: 8 bytes each rather than a float object and a list slot (32)."""
         return array("d", map(float, _VALUE.findall(self.body, self.start, self.end)))
 
+    def texts(self) -> list[bytes]:
+        """The values as Prometheus wrote them, unparsed."""
+        return _VALUE.findall(self.body, self.start, self.end)
+
     def zeros(self) -> array[float] | None:
         """The values when every one is 0, counted rather than parsed; None when any is not.
 
@@ -57,6 +122,30 @@ class RangeSeries:
     def timed(self) -> list[tuple[float, float]]:
         """(unix time, value) per point."""
         return [(float(t), float(v)) for t, v in _POINT.findall(self.body, self.start, self.end)]
+
+    def points(self, step_seconds: float) -> Points:
+        """`timed()`, compact, with the times computed rather than parsed where they can be."""
+        values = self.values()
+        times = self._grid_times(len(values), step_seconds)
+        if times is None:
+            times = array("d", map(float, _TIME.findall(self.body, self.start, self.end)))
+        return Points(times, values)
+
+    def _grid_times(self, count: int, step_seconds: float) -> array[float] | None:
+        """The times of `count` points when none is missing between the first and the last; else None.
+
+        A range answer's points lie on the query's grid, `step_seconds` apart: when the first and
+        the last are as far apart as the number of points says, every time in between is known.
+        """
+        step_ms = round(step_seconds * 1000)
+        if count == 0 or step_ms != step_seconds * 1000:
+            return None
+        first = _milliseconds(self.body[self.start + 1 : self.body.find(b",", self.start, self.end)])
+        last_start = self.body.rfind(b"[", self.start, self.end) + 1
+        last = _milliseconds(self.body[last_start : self.body.find(b",", last_start, self.end)])
+        if first is None or last is None or last - first != (count - 1) * step_ms:
+            return None
+        return _grid(first, step_ms, count)
 
 
 def decode(body: bytes) -> list[RangeSeries] | None:
