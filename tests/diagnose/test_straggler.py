@@ -11,12 +11,21 @@ import csv
 import math
 import pathlib
 import random
+from array import array
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwise.diagnose.straggler import Episode, StragglerPolicy, detect_stragglers, persistent_slow_workers
+from gpuwise.diagnose.straggler import (
+    Episode,
+    StragglerPolicy,
+    detect_stragglers,
+    job_peer_ratios,
+    peer_ratios,
+    persistent_slow_workers,
+)
+from gpuwise.diagnose.window import Points
 
 DATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "pai-minibatch"
 Samples = list[tuple[float, int, float]]
@@ -121,3 +130,26 @@ def test_noise_near_the_lower_threshold_does_not_stretch_an_episode() -> None:
         samples.append((10.0 * s, 2, 100.0 * factor))
     (episode,) = detect_stragglers(samples)
     assert (episode.worker, episode.start, episode.end) == (2, 1000.0, 1090.0)
+
+
+@pytest.mark.parametrize("workers", [3, 4, 5, 8])
+def test_peer_ratios_of_aligned_workers_are_those_of_the_samples(workers: int) -> None:
+    """The numpy path (workers on one grid) gives `peer_ratios`' very numbers, and falls back where it must."""
+    rng = random.Random(workers)
+    times = array("d", [1_795_000_000 + 15 * k for k in range(61)])
+    for case in range(40):
+        values = {w: array("d", [rng.choice([0.5, 0.5, 0.51, 0.7, 1.3]) * rng.uniform(0.9, 1.1) for _ in times])
+                  for w in rng.sample(range(16), workers)}  # fmt: skip
+        if case % 4 == 1:  # a NaN (no step in the rate's window), a zero: left out of the medians
+            values[next(iter(values))][rng.randrange(61)] = rng.choice([math.nan, 0.0, -1.0])
+        series = {w: Points(times if case % 4 != 2 else array("d", times), v) for w, v in values.items()}
+        if case % 4 == 3:  # a worker sampled at other times
+            first = next(iter(series))
+            series[first] = Points(array("d", [t + 1 for t in times]), values[first])
+        expected = peer_ratios((t, w, s) for w, points in series.items() for t, s in points)
+        got = job_peer_ratios(series)
+        assert list(got) == list(expected)
+        assert (bool(got) and all(isinstance(r, Points) for r in got.values())) == (case % 4 in (0, 2)), (
+            "numpy where it can"
+        )
+        assert {w: repr(list(r)) for w, r in got.items()} == {w: repr(list(r)) for w, r in expected.items()}

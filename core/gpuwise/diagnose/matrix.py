@@ -19,9 +19,10 @@ import functools
 import json
 import re
 from array import array
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, overload
+from typing import Final
+
+from gpuwise.diagnose.window import Points
 
 SUCCESSFUL_MATRIX: Final = b'{"status":"success","data":{"resultType":"matrix","result":['
 _SERIES: Final = b'{"metric":'
@@ -30,44 +31,6 @@ _POINT: Final = re.compile(rb'\[([^,\]]+),"([^"]*)"\]')
 _VALUE: Final = re.compile(rb',"([^"]*)"\]')
 _TIME: Final = re.compile(rb'\[([^,\]]+),"')
 _MILLISECONDS: Final = re.compile(rb"(\d+)(?:\.(\d{1,3}))?")  # how Prometheus writes a timestamp
-
-
-class Points(Sequence[tuple[float, float]]):
-    """(unix time, value) pairs held as two arrays of doubles: 16 bytes a point, not a 104-byte tuple.
-
-    At 10,000 jobs of 4 workers the step times are 2 million points a cycle; as tuples of floats
-    they were 220 MB of the operator's RSS and most of the read's CPU. Iterating yields the same
-    tuples `RangeSeries.timed()` does. The arrays may be shared between series (`_grid`): never
-    write into them.
-    """
-
-    __slots__ = ("times", "values")
-
-    def __init__(self, times: array[float], values: array[float]) -> None:
-        self.times, self.values = times, values
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __iter__(self) -> Iterator[tuple[float, float]]:
-        return zip(self.times, self.values, strict=True)
-
-    @overload
-    def __getitem__(self, index: int) -> tuple[float, float]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[float, float]]: ...
-    def __getitem__(self, index: int | slice) -> tuple[float, float] | list[tuple[float, float]]:
-        if isinstance(index, slice):
-            return list(zip(self.times[index], self.values[index], strict=True))
-        return self.times[index], self.values[index]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
-
-    def __repr__(self) -> str:
-        return repr(list(self))
 
 
 def _milliseconds(timestamp: bytes) -> int | None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from gpuwise.diagnose import matrix
-from gpuwise.diagnose.window import JobWindow, slowdown_bits
+from gpuwise.diagnose.window import JobWindow, Points, slowdown_bits
 from gpuwise.metrics import Metric, catalog
 from gpuwise.observability.promql import sel, with_trainingjob
 
@@ -326,7 +326,7 @@ def fetch(source: Prometheus, *, now: float, window_seconds: float, step_seconds
     def job_series(query: str) -> dict[JobKey, Sequence[float]]:
         return _per_job(ranged(query))
 
-    def step_times() -> dict[JobKey, dict[int, matrix.Points]]:
+    def step_times() -> dict[JobKey, dict[int, Points]]:
         return _per_worker(ranged(worker_step_query(step_seconds)), lambda series: series.points(step_seconds))
 
     def clock_slowdowns() -> dict[JobKey, dict[int, Sequence[float]]]:

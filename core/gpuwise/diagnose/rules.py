@@ -9,6 +9,7 @@ matching tunable still explains itself, with an empty change set.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,12 +22,12 @@ from gpuwise.diagnose.straggler import (
     PeerRatios,
     StragglerPolicy,
     episodes_in,
-    peer_ratios,
+    job_peer_ratios,
     recovered,
     steadily_slow,
     still_slow,
 )
-from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
+from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds, step_values
 
 # The recommendations' `changes` keys the actions read (gpuwise.act.mig and gpuwise.act.pack
 # import them: one name on both sides). The MIG profile a job fits, e.g. 1g.10gb...
@@ -374,7 +375,7 @@ def straggler(ctx: Context) -> Diagnosis | None:
     held = ctx.previous.get("Straggler") if "Straggler" in ctx.active else None
     if held is None and steps_alike(series, min(math.sqrt(STRAGGLERS.min_slowdown), _slow_worker_limit(ctx))):
         return None
-    ratios = peer_ratios((t, worker, seconds) for worker, points in series.items() for t, seconds in points)
+    ratios = job_peer_ratios(series)
     if not ratios:
         return None
     latest = max(points[-1][0] for points in ratios.values())
@@ -399,7 +400,7 @@ def steps_alike(series: Mapping[int, Sequence[tuple[float, float]]], spread: flo
     SlowWorker limit and √min_slowdown, neither rule can find anything, and the per-sample
     work (peer medians, baselines) is skipped for the many jobs whose workers keep in step.
     """
-    values = [seconds for points in series.values() for _, seconds in points]
+    values = list(itertools.chain.from_iterable(step_values(points) for points in series.values()))
     return bool(values) and min(values) > 0 and max(values) < spread * min(values)
 
 

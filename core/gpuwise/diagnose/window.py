@@ -16,9 +16,10 @@ samples) gets no finding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, overload
 
 # NVML clock-event reasons (DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits) that mean the SM clocks are held
 # down by the GPU's thermal or power protection. Left out on purpose: GPU idle, application or
@@ -35,6 +36,50 @@ CLOCK_SLOWDOWNS: Final[Mapping[int, str]] = {
 def slowdown_bits(reasons: float) -> int:
     """The `CLOCK_SLOWDOWNS` bits of a clock-event reasons mask."""
     return int(reasons) & sum(CLOCK_SLOWDOWNS)
+
+
+class Points(Sequence[tuple[float, float]]):
+    """(unix time, value) pairs held as two arrays of doubles: 16 bytes a point, not a 104-byte tuple.
+
+    At 10,000 jobs of 4 workers the step times are 2 million points a cycle; as tuples of floats
+    they were 220 MB of the operator's RSS and most of the read's CPU. Iterating yields the same
+    tuples a list of them would; `values` is there for a caller that needs only the values
+    (`step_values`). The arrays may be shared between series (a query's grid of times, see
+    `gpuwise.diagnose.matrix`): never write into them.
+    """
+
+    __slots__ = ("times", "values")
+
+    def __init__(self, times: array[float], values: array[float]) -> None:
+        self.times, self.values = times, values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.times, self.values, strict=True)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[float, float]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[float, float]]: ...
+    def __getitem__(self, index: int | slice) -> tuple[float, float] | list[tuple[float, float]]:
+        if isinstance(index, slice):
+            return list(zip(self.times[index], self.values[index], strict=True))
+        return self.times[index], self.values[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, so unhashable like one
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+def step_values(points: Sequence[tuple[float, float]]) -> Sequence[float]:
+    """The values of (time, value) pairs: for `Points`, the array it holds, without a tuple per point."""
+    return points.values if isinstance(points, Points) else [value for _, value in points]
 
 
 @dataclass(frozen=True)
