@@ -214,9 +214,9 @@ class Counting(prometheus.Prometheus):
         super().__init__(url, timeout)
         object.__setattr__(self, "requests", [])
 
-    def _get(self, path: str, params: Any) -> bytes:
+    def _chunks(self, path: str, params: Any) -> Iterator[bytes]:
         self.requests.append(params["query"])
-        return super()._get(path, params)
+        return super()._chunks(path, params)
 
 
 def rss_mib() -> float:

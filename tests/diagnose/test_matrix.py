@@ -98,3 +98,17 @@ def test_points_are_the_timed_pairs_with_the_grid_computed_or_read() -> None:
             assert repr(points[1:]) == repr(got.timed()[1:])
     assert decoded[0].points(15).times is decoded[0].points(15.0).times, "one grid for a query's series"
     assert decoded[1].texts() == [b"1", b"NaN", b"3"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 64, 1000])
+def test_an_answer_read_in_pieces_decodes_as_a_whole(size: int) -> None:
+    values = [["30", "31.5", "1e-05"], ["NaN", "+Inf", "-Inf"], ["0.25"], ["2", "3"]]
+    body = answer([series(labels, v) for labels, v in zip(NASTY, values, strict=True)], warnings=['{"metric":]]'])
+    whole = matrix.decode(body)
+    assert whole is not None
+    pieces = list(matrix.series_in(body[i : i + size] for i in range(0, len(body), size)))
+    assert [s.labels for s in pieces] == [s.labels for s in whole]
+    assert [repr(s.timed()) for s in pieces] == [repr(s.timed()) for s in whole]
+    truncated = body[: body.index(b"+Inf")]
+    with pytest.raises(matrix.MalformedAnswer, match="ends inside a series"):
+        list(matrix.series_in(truncated[i : i + size] for i in range(0, len(truncated), size)))

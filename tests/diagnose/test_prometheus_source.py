@@ -32,9 +32,9 @@ class Counting(source.Prometheus):
         super().__init__(url)
         object.__setattr__(self, "requests", [])
 
-    def _get(self, path: str, params: Any) -> bytes:
+    def _chunks(self, path: str, params: Any) -> Iterator[bytes]:
         self.requests.append(params["query"])
-        return super()._get(path, params)
+        return super()._chunks(path, params)
 
 
 @pytest.fixture(scope="module")

@@ -117,9 +117,9 @@ async def test_each_distinct_window_length_costs_one_read(prometheus: Prometheus
     requests: list[str] = []
 
     class Counting(Source):
-        def _get(self, path: str, params: Any) -> bytes:
+        def _chunks(self, path: str, params: Any) -> Iterator[bytes]:
             requests.append(params["query"])
-            return super()._get(path, params)
+            return super()._chunks(path, params)
 
     evaluator = Evaluator(Counting(prometheus.url), cycle_seconds=60, step_seconds=1)
     body = manifest()

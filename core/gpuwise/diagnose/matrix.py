@@ -19,6 +19,7 @@ import functools
 import json
 import re
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -77,10 +78,11 @@ class RangeSeries:
         """The values when every one is 0, counted rather than parsed; None when any is not.
 
         Most series of some queries are zero throughout (the clock-event reasons of GPUs that
-        are not throttled): two byte counts instead of a float per point.
+        are not throttled): two byte counts instead of a float per point, and one array for all
+        of them (`_zeros`): never write into it.
         """
         points = self.body.count(b"],[", self.start, self.end) + 1
-        return array("d", bytes(8 * points)) if self.body.count(b',"0"]', self.start, self.end) == points else None
+        return _zeros(points) if self.body.count(b',"0"]', self.start, self.end) == points else None
 
     def timed(self) -> list[tuple[float, float]]:
         """(unix time, value) per point."""
@@ -111,23 +113,57 @@ class RangeSeries:
         return _grid(first, step_ms, count)
 
 
+@functools.lru_cache(maxsize=64)  # a few lengths: the window's sample count, and a few short of it
+def _zeros(points: int) -> array[float]:
+    return array("d", bytes(8 * points))
+
+
 def decode(body: bytes) -> list[RangeSeries] | None:
     """The series of a successful matrix answer; None when `body` is any other answer."""
     if not body.startswith(SUCCESSFUL_MATRIX):
         return None
+    return list(series_in([body]))
+
+
+def series_in(chunks: Iterable[bytes]) -> Iterator[RangeSeries]:
+    """The series of a successful matrix answer arriving in `chunks`, as each piece completes some.
+
+    The series of a piece share it as their `body`, so a piece lives as long as the series read
+    from it, not as long as the whole answer. A piece's series are decoded together, so its
+    labels go through one `json.loads`.
+    """
+    pending, at = b"", -1
+    for chunk in chunks:
+        pending += chunk
+        if at < 0:  # looking for the first series, past the answer's opening
+            if len(pending) < len(SUCCESSFUL_MATRIX):
+                continue
+            if not pending.startswith(SUCCESSFUL_MATRIX):
+                raise MalformedAnswer("not a Prometheus matrix answer")
+            at = len(SUCCESSFUL_MATRIX)
+        complete, at = _complete_series(pending, at)
+        yield from complete
+        pending, at = pending[at:], 0
+    if pending.find(_SERIES) >= 0:
+        raise MalformedAnswer("not a Prometheus matrix answer: it ends inside a series")
+
+
+def _complete_series(body: bytes, at: int) -> tuple[list[RangeSeries], int]:
+    """The series that start at or after `at` and end within `body`, and where the rest starts."""
     labels: list[bytes] = []
     spans: list[tuple[int, int]] = []
-    at = body.find(_SERIES, len(SUCCESSFUL_MATRIX))
+    while (start := body.find(_SERIES, at)) >= 0:
+        labels_end = body.find(_VALUES, start)
+        points_end = body.find(b"]]", labels_end + len(_VALUES)) if labels_end >= 0 else -1
+        if points_end < 0:
+            break  # this series goes on in the next chunk
+        labels.append(body[start + len(_SERIES) : labels_end])
+        spans.append((labels_end + len(_VALUES), points_end + 1))
+        at = points_end + 1
     try:
-        while at >= 0:
-            labels_end = body.index(_VALUES, at)
-            points_start = labels_end + len(_VALUES)
-            points_end = body.index(b"]]", points_start) + 1
-            labels.append(body[at + len(_SERIES) : labels_end])
-            spans.append((points_start, points_end))
-            at = body.find(_SERIES, points_end)
         # All label sets in one json.loads: a call per series would cost more than the points.
         decoded = json.loads(b"[" + b",".join(labels) + b"]")
-    except ValueError as exc:  # index() found no marker, or the labels are not JSON
+    except ValueError as exc:  # the labels are not JSON
         raise MalformedAnswer(f"not a Prometheus matrix answer: {exc}") from exc
-    return [RangeSeries(names, body, start, end) for names, (start, end) in zip(decoded, spans, strict=True)]
+    series = [RangeSeries(names, body, start, end) for names, (start, end) in zip(decoded, spans, strict=True)]
+    return series, at
