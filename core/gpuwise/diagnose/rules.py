@@ -81,6 +81,8 @@ class Context:
 
     def is_active(self, kind: str) -> bool:
         """Whether `kind`, or a kind of its family (`FAMILIES`), is active: its hysteresis applies."""
+        if not self.active:  # most jobs, most cycles: every rule asks, several times
+            return False
         family = next((f for f in FAMILIES if kind in f), frozenset({kind}))
         return not family.isdisjoint(self.active)
 
@@ -589,10 +591,13 @@ def throttling(ctx: Context) -> Diagnosis | None:
     series is absent (an older sidecar, dcgm-exporter without the field) there is no finding. The
     cause is the node (cooling, power delivery), so the fix is to run elsewhere.
     """
+    # A series with no slowdown at any sample never holds, unless the finding is active and the
+    # series too short to change our mind (`holds`): most GPUs' series are skipped unread.
+    active = ctx.is_active("Throttling")
     throttled = {
         worker: series
         for worker, series in ctx.window.clock_slowdowns.items()
-        if ctx.sustained("Throttling", series, at_least(1.0))
+        if (active or any(series)) and ctx.sustained("Throttling", series, at_least(1.0))
     }
     if not throttled:
         return None
