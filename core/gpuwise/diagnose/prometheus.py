@@ -214,8 +214,8 @@ class Snapshot:
         return sorted(key for key in keys if all(key))
 
     def window(self, key: JobKey, job: JobFacts) -> JobWindow:
-        def fact(name: str) -> Any:
-            return self.facts[name].get(key)
+        facts = {name: by_job.get(key) for name, by_job in self.facts.items()}  # read several times each
+        fact = facts.get
 
         def whole(name: str) -> int | None:
             value = fact(name)
