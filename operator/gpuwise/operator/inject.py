@@ -22,16 +22,14 @@ does: the trainer of a TrainingJob; on the webhook path, the one container that 
 from __future__ import annotations
 
 import copy
-from typing import Any, Final
+from typing import Any
 
 from gpuwise import wiring
+from gpuwise.act.nodes import container_gpu_resources
 from gpuwise.api.trainingjob import Instrumentation
 from gpuwise.operator.config import SidecarSettings
 
 JsonDict = dict[str, Any]
-# The NVIDIA device plugin's GPU resources: `nvidia.com/gpu`, its shares (`nvidia.com/gpu.shared`)
-# and MIG slices (`nvidia.com/mig-<profile>`); not other nvidia.com devices such as NICs.
-GPU_RESOURCE_PREFIXES: Final = ("nvidia.com/gpu", "nvidia.com/mig-")
 
 
 def _downward(field_path: str) -> JsonDict:
@@ -46,18 +44,9 @@ def gpu_container(pod_spec: JsonDict) -> str | None:
     users: list[str] = [
         container.get("name", "")
         for container in (*pod_spec.get("initContainers", []), *pod_spec.get("containers", []))
-        if _requests_gpu(container) and container.get("name") != wiring.SIDECAR_CONTAINER
+        if container_gpu_resources(container) and container.get("name") != wiring.SIDECAR_CONTAINER
     ]
     return (users[0] or None) if len(users) == 1 else None
-
-
-def _requests_gpu(container: JsonDict) -> bool:
-    resources: JsonDict = container.get("resources") or {}
-    # Extended resources need limits (requests, if given, must equal them); accept either.
-    amounts = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-    return any(
-        name.startswith(GPU_RESOURCE_PREFIXES) and str(amount).strip() != "0" for name, amount in amounts.items()
-    )
 
 
 def sidecar_container(
