@@ -38,7 +38,7 @@ def test_decodes_labels_and_points_as_json_does() -> None:
     assert [s.labels for s in decoded] == [s["metric"] for s in expected]
     for got, want in zip(decoded, expected, strict=True):
         timed = [(float(t), float(v)) for t, v in want["values"]]
-        assert repr(got.timed()) == repr(timed)  # repr: NaN equals NaN
+        assert repr(list(got.points(15))) == repr(timed)  # repr: NaN equals NaN
         assert repr(list(got.values())) == repr([v for _, v in timed])
     assert math.isinf(decoded[1].values()[1])
 
@@ -65,7 +65,7 @@ def test_all_zero_values_are_counted_not_parsed() -> None:
 def test_fractional_timestamps_and_an_empty_result() -> None:
     body = answer([{"metric": {}, "values": [[1_795_000_000.5, "1"], [1_795_000_001.25, "2"]]}])
     (only,) = matrix.decode(body) or []
-    assert only.timed() == [(1_795_000_000.5, 1.0), (1_795_000_001.25, 2.0)]
+    assert list(only.points(15)) == [(1_795_000_000.5, 1.0), (1_795_000_001.25, 2.0)]
     assert matrix.decode(answer([])) == []
 
 
@@ -82,7 +82,7 @@ def test_a_truncated_answer_is_refused() -> None:
         matrix.decode(body[: body.index(b'"values"') + 5])
 
 
-def test_points_are_the_timed_pairs_with_the_grid_computed_or_read() -> None:
+def test_points_are_the_answers_pairs_with_the_grid_computed_or_read() -> None:
     start = 1_795_000_000.125
     on_grid = [[start + 15 * i, v] for i, v in enumerate(["1", "0.5042016806722689", "NaN", "3"])]
     with_gap = [on_grid[0], on_grid[2], on_grid[3]]
@@ -90,12 +90,14 @@ def test_points_are_the_timed_pairs_with_the_grid_computed_or_read() -> None:
     body = answer([{"metric": {}, "values": v} for v in (on_grid, with_gap, whole_seconds, on_grid[:1])])
     decoded = matrix.decode(body)
     assert decoded is not None
-    for got in decoded:
+    expected = json.loads(body)["data"]["result"]
+    for got, want in zip(decoded, expected, strict=True):
+        timed = [(float(t), float(v)) for t, v in want["values"]]
         for step in (15.0, 7.5, 0.0001):  # the query's step, another, one finer than a millisecond
             points = got.points(step)
-            assert repr(list(points)) == repr(got.timed()) == repr(points)
-            assert len(points) == len(got.timed()) and points[-1] == got.timed()[-1]
-            assert repr(points[1:]) == repr(got.timed()[1:])
+            assert repr(list(points)) == repr(timed) == repr(points)
+            assert len(points) == len(timed) and points[-1] == timed[-1]
+            assert repr(points[1:]) == repr(timed[1:])
     assert decoded[0].points(15).times is decoded[0].points(15.0).times, "one grid for a query's series"
     assert decoded[1].texts() == [b"1", b"NaN", b"3"]
 
@@ -108,7 +110,7 @@ def test_an_answer_read_in_pieces_decodes_as_a_whole(size: int) -> None:
     assert whole is not None
     pieces = list(matrix.series_in(body[i : i + size] for i in range(0, len(body), size)))
     assert [s.labels for s in pieces] == [s.labels for s in whole]
-    assert [repr(s.timed()) for s in pieces] == [repr(s.timed()) for s in whole]
+    assert [repr(list(s.points(15))) for s in pieces] == [repr(list(s.points(15))) for s in whole]
     truncated = body[: body.index(b"+Inf")]
     with pytest.raises(matrix.MalformedAnswer, match="ends inside a series"):
         list(matrix.series_in(truncated[i : i + size] for i in range(0, len(truncated), size)))

@@ -28,7 +28,6 @@ from gpuwise.diagnose.window import Points
 SUCCESSFUL_MATRIX: Final = b'{"status":"success","data":{"resultType":"matrix","result":['
 _SERIES: Final = b'{"metric":'
 _VALUES: Final = b',"values":['
-_POINT: Final = re.compile(rb'\[([^,\]]+),"([^"]*)"\]')
 _VALUE: Final = re.compile(rb',"([^"]*)"\]')
 _TIME: Final = re.compile(rb'\[([^,\]]+),"')
 _MILLISECONDS: Final = re.compile(rb"(\d+)(?:\.(\d{1,3}))?")  # how Prometheus writes a timestamp
@@ -84,12 +83,8 @@ class RangeSeries:
         points = self.body.count(b"],[", self.start, self.end) + 1
         return _zeros(points) if self.body.count(b',"0"]', self.start, self.end) == points else None
 
-    def timed(self) -> list[tuple[float, float]]:
-        """(unix time, value) per point."""
-        return [(float(t), float(v)) for t, v in _POINT.findall(self.body, self.start, self.end)]
-
     def points(self, step_seconds: float) -> Points:
-        """`timed()`, compact, with the times computed rather than parsed where they can be."""
+        """(unix time, value) per point, compact, with the times computed rather than parsed where they can be."""
         values = self.values()
         times = self._grid_times(len(values), step_seconds)
         if times is None:
