@@ -120,18 +120,17 @@ def job_peer_ratios(series: Mapping[int, Sequence[tuple[float, float]]]) -> dict
     positive, fewer than three workers) goes through `peer_ratios`.
     """
     aligned = _aligned(series)
-    if aligned is None:
-        return dict(peer_ratios((t, worker, seconds) for worker, points in series.items() for t, seconds in points))
-    import numpy as np  # here, not at the top: the sidecar imports this package without numpy
+    if aligned is not None:
+        import numpy as np  # here, not at the top: the sidecar imports this package without numpy
 
-    times, rows = aligned
-    steps = np.array([np.frombuffer(values, dtype=np.float64) for values in rows.values()])
-    if not (steps > 0).all():
-        return dict(peer_ratios((t, worker, seconds) for worker, points in series.items() for t, seconds in points))
-    ordered, half = np.sort(steps, axis=0), len(rows) // 2
-    middle = ordered[half] if len(rows) % 2 else (ordered[half - 1] + ordered[half]) / 2
-    ratios = steps / middle
-    return {worker: Points(times, array("d", ratios[i].tobytes())) for i, worker in enumerate(rows)}
+        times, rows = aligned
+        steps = np.array([np.frombuffer(values, dtype=np.float64) for values in rows.values()])
+        if (steps > 0).all():
+            ordered, half = np.sort(steps, axis=0), len(rows) // 2
+            middle = ordered[half] if len(rows) % 2 else (ordered[half - 1] + ordered[half]) / 2
+            ratios = steps / middle
+            return {worker: Points(times, array("d", ratios[i].tobytes())) for i, worker in enumerate(rows)}
+    return dict(peer_ratios((t, worker, seconds) for worker, points in series.items() for t, seconds in points))
 
 
 def _aligned(
