@@ -385,7 +385,7 @@ class Runner:
         self._written[job.namespace, job.name] = kept
 
     def _event(self, job: JobView, record: ActionRecord) -> None:
-        post = kopf.warn if record.state in WARNING_STATES or record.reason == "Worse" else kopf.info
+        post = kopf.warn if record.state in WARNING_STATES or record.reason == WORSE else kopf.info
         message = f"{record.action.value} {record.id} {record.state.value}: {record.message}"
         ACTIONS.count(job.namespace, job.name, record.action.value, record.state.value)  # the actions-taken panel
         post(as_body(dict(job.body)), reason=record.reason, message=message)
