@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
+from gpuwise.metrics import catalog
+
 
 @dataclass(frozen=True, slots=True)
 class Activity:
@@ -113,7 +115,7 @@ def throttled(t: float, gpu: int, gpus: int) -> Activity:
 FAULT_XID: Final = 13
 FAULT_EVERY_SECONDS: Final = 10
 # A reading that fails every third second: no dashboard or rule needs it to be there.
-FAULTY_READING: Final = "DCGM_FI_DEV_MEM_CLOCK"
+FAULTY_READING: Final = catalog.MEM_CLOCK.name
 
 
 def faulty(t: float, gpu: int, gpus: int) -> Activity:
