@@ -31,8 +31,13 @@ import collections
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, overload
 
 from gpuwise.diagnose.window import Points, step_values
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma from its median absolute deviation
 
@@ -147,6 +152,22 @@ def _aligned(
     return times, {worker: points.values for worker, points in series.items() if isinstance(points, Points)}
 
 
+@overload
+def _judge(policy: StragglerPolicy, ratio: float, base: float, sigma: float) -> tuple[float, float, bool]: ...
+@overload
+def _judge(
+    policy: StragglerPolicy, ratio: NDArray[np.float64], base: NDArray[np.float64], sigma: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]: ...
+def _judge(policy: StragglerPolicy, ratio: Any, base: Any, sigma: Any) -> Any:
+    """A sample's slowdown against its baseline, its z-score, and whether it is clearly slow.
+
+    Operators only, so that the one rule applies alike to a sample (`_WorkerState.step`) and,
+    elementwise with the same IEEE operations, to numpy arrays of samples (`_WorkerState.skip_ahead`).
+    """
+    slowdown, z = ratio / base, (ratio - base) / sigma
+    return slowdown, z, (slowdown >= policy.min_slowdown) & (z >= policy.min_z)
+
+
 @dataclass
 class _WorkerState:
     policy: StragglerPolicy
@@ -182,9 +203,8 @@ class _WorkerState:
             self.remember(ratio)
             return None
         base, sigma = self.baseline()
-        slowdown, z = ratio / base, (ratio - base) / sigma
+        slowdown, z, slow = _judge(policy, ratio, base, sigma)
         if self.start is None:
-            slow = slowdown >= policy.min_slowdown and z >= policy.min_z
             self.recent.append((time, slow))
             if slow and sum(s for _, s in self.recent) >= policy.enter_count:
                 self.start = next(t for t, s in self.recent if s)
@@ -192,7 +212,7 @@ class _WorkerState:
             elif not slow:
                 self.remember(ratio)
             return None
-        if slowdown >= policy.min_slowdown and z >= policy.min_z:  # clearly slow: the episode goes on
+        if slow:  # clearly slow: the episode goes on
             self.last_slow, self.normal_streak = time, 0
             self.peak = max(self.peak, slowdown)
             return None
