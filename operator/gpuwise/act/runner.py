@@ -120,15 +120,22 @@ class Runner:
         spec, problem = parse_spec(body)
         if spec is None or problem is not None or meta.get("deletionTimestamp"):
             return
+        records = self.records(meta["namespace"], meta["name"], body)
+        in_flight = bool(records) and not is_final(records[-1])
+        starting = (
+            spec.efficiency.mode is EfficiencyMode.ENFORCE
+            and (body.get("status") or {}).get("phase") == Phase.RUNNING.value
+        )
+        if not (in_flight or starting):
+            return  # most jobs most cycles: nothing to advance, nothing to start
         try:
             overrides = job_overrides.wanted(body)
         except job_overrides.OverridesError:
             return  # the reconciler reports it as Accepted=False; nothing acts on a job it cannot read
         job = JobView(meta["namespace"], meta["name"], body, spec, overrides, tuple(pods))
-        records = self.records(job.namespace, job.name, body)
-        if records and not is_final(records[-1]):
+        if in_flight:
             await self._advance(job, records)
-        elif spec.efficiency.mode is EfficiencyMode.ENFORCE and job.status.get("phase") == Phase.RUNNING.value:
+        else:
             await self._maybe_start(job, records, fleet, recommendations)
 
     def records(self, namespace: str, name: str, body: Mapping[str, Any]) -> list[ActionRecord]:
