@@ -9,7 +9,8 @@ matching tunable still explains itself, with an empty change set.
 
 from __future__ import annotations
 
-import itertools
+import collections
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,12 +80,14 @@ class Context:
     # the kind: which worker a Straggler is, and its baseline before it slowed.
     previous: Mapping[str, Finding] = field(default_factory=dict)
 
+    @functools.cached_property
+    def _held(self) -> frozenset[str]:
+        """The active kinds and every kind of their families: what `is_active` asks, once per job."""
+        return self.active.union(*(family for family in FAMILIES if not family.isdisjoint(self.active)))
+
     def is_active(self, kind: str) -> bool:
         """Whether `kind`, or a kind of its family (`FAMILIES`), is active: its hysteresis applies."""
-        if not self.active:  # most jobs, most cycles: every rule asks, several times
-            return False
-        family = next((f for f in FAMILIES if kind in f), frozenset({kind}))
-        return not family.isdisjoint(self.active)
+        return kind in self._held
 
     def sustained(self, kind: str, series: Sequence[float], predicate: Callable[[float], bool]) -> bool:
         return holds(self.window, series, predicate, active=self.is_active(kind), sustain=self.sustain)
@@ -157,9 +160,9 @@ def input_bound(ctx: Context) -> Diagnosis | None:
     finding for hysteresis (`FAMILIES`), so a job at that edge does not flap between them.
     """
     w, t = ctx.window, ctx.thresholds
-    waiting = ctx.sustained("InputBound", w.data_wait_fraction, at_least(t.data_wait_fraction))
-    underused = ctx.sustained("InputBound", w.gpu_utilization, below(t.gpu_utilization))
-    if not (waiting and underused):
+    if not ctx.sustained("InputBound", w.data_wait_fraction, at_least(t.data_wait_fraction)):
+        return None
+    if not ctx.sustained("InputBound", w.gpu_utilization, below(t.gpu_utilization)):
         return None
     wait, util = w.mean(w.data_wait_fraction) or 0.0, w.mean(w.gpu_utilization) or 0.0
     changes: dict[str, str] = {}
@@ -402,8 +405,14 @@ def steps_alike(series: Mapping[int, Sequence[tuple[float, float]]], spread: flo
     SlowWorker limit and √min_slowdown, neither rule can find anything, and the per-sample
     work (peer medians, baselines) is skipped for the many jobs whose workers keep in step.
     """
-    values = list(itertools.chain.from_iterable(step_values(points) for points in series.values()))
-    return bool(values) and min(values) > 0 and max(values) < spread * min(values)
+    import numpy as np  # here, not at the top: the sidecar image imports this module and has no numpy
+
+    columns = [np.asarray(step_values(points), dtype=np.float64) for points in series.values()]
+    if not columns or not all(column.size for column in columns):
+        return False
+    steps = np.concatenate(columns)  # min and max in C: Python's would box every sample
+    low, high = float(steps.min()), float(steps.max())
+    return low > 0 and high < spread * low
 
 
 def _slow_worker_limit(ctx: Context) -> float:
@@ -601,11 +610,14 @@ def throttling(ctx: Context) -> Diagnosis | None:
     }
     if not throttled:
         return None
-    shares = {worker: sum(bits > 0 for bits in series) / len(series) for worker, series in throttled.items()}
+    shares = {worker: sum(map(bool, series)) / len(series) for worker, series in throttled.items()}
     worker = max(shares, key=lambda w: shares[w])
     series = throttled[worker]
+    masks = collections.Counter(map(int, series))  # a mask takes a few values, each over many samples
     reasons = [
-        name for bit, name in CLOCK_SLOWDOWNS.items() if sum(int(b) & bit > 0 for b in series) * 2 >= len(series)
+        name
+        for bit, name in CLOCK_SLOWDOWNS.items()
+        if sum(n for mask, n in masks.items() if mask & bit) * 2 >= len(series)
     ]
     finding = ctx.finding(
         "Throttling",
