@@ -19,7 +19,10 @@ the straggler detector, which needs three workers to compare, cost what they cos
   TrainingJob bodies as the API server stores them, a mix of modes (Observe, Recommend, Enforce).
   There is no Kubernetes API: a status patch is merged into the stored body (as the watch would
   deliver it to the next cycle), Events are queued the way kopf queues them, and both are counted,
-  but no HTTP request is made. The first cycle writes every status; later ones only what changed.
+  but no HTTP request is made (a patch bumps the stored resourceVersion, as the API server does).
+  The first cycle after a start is the cold one: it reads whole windows and writes every status.
+  Later ones, 30 s apart, are the operator's steady state: they read what is new since the last
+  cycle and write only what changed. The CPU target is judged on those.
   kopf's own cost of running 10,000 timers is not measured.
 - for reference, window + diagnosis alone over the last snapshot (a part of (b), not added to it);
 - the naive way, the same 19 quantities per job restricted to that job, for a sample of jobs,
@@ -353,7 +356,12 @@ class OfflineKube(Kube):
         stored = self.objects.get((kind, namespace, name))
         if stored is None:
             return None
-        self.objects[kind, namespace, name] = merge_patch(stored, body)
+        merged = merge_patch(stored, body)
+        merged["metadata"] = {
+            **merged["metadata"],
+            "resourceVersion": str(int(stored["metadata"]["resourceVersion"]) + 1),
+        }
+        self.objects[kind, namespace, name] = merged
         self.writes[f"patch {kind}{'/status' if status else ''}"] += 1
         return self.objects[kind, namespace, name]
 
@@ -627,7 +635,7 @@ def table(figures: dict[str, Any]) -> str:
         return (label, *(str(sum(c[key].values())) for c in cycles))
 
     rows = [
-        ("operator cycle", *(f"cycle {n}" for n in range(1, len(cycles) + 1))),
+        ("operator cycle", *(f"cycle {n}{' (cold)' if n == 1 else ''}" for n in range(1, len(cycles) + 1))),
         row("queries", "queries", "{}"),
         row("(a) batched read CPU s", "read_cpu_s"),
         row("(b) per-job path CPU s", "per_job_cpu_s"),
@@ -649,10 +657,12 @@ def table(figures: dict[str, Any]) -> str:
         f"({naive['queries'] / last['queries']:.0f}x), {naive['wall_s']:.1f} s wall, "
         f"{naive['cpu_s']:.1f} s CPU for the read alone ({naive['cpu_s'] / last['read_cpu_s']:.1f}x)"
     )
-    cpu_ok = max(c["cpu_s"] for c in cycles) <= TARGET_CPU_SECONDS
+    steady = cycles[1:] or cycles  # the first cycle after a start reads whole windows and writes every status
+    cpu_ok = max(c["cpu_s"] for c in steady) <= TARGET_CPU_SECONDS
     rss_ok = figures["peak_rss_mib"] <= TARGET_RSS_MIB
     lines.append(
-        f"targets: CPU ≤ {TARGET_CPU_SECONDS:g} s per cycle {'met' if cpu_ok else 'MISSED'}, "
+        f"targets: CPU ≤ {TARGET_CPU_SECONDS:g} s per cycle{' after the first' if len(cycles) > 1 else ''} "
+        f"{'met' if cpu_ok else 'MISSED'}, "
         f"RSS ≤ {TARGET_RSS_MIB:g} MiB {'met' if rss_ok else 'MISSED'}"
     )
     return "\n".join(lines) + "\n"
@@ -666,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.add_argument("--interval", default="15s", help="the synthetic scrape interval")
     cli.add_argument("--window", default="15m", help="the evaluation window (TrainingJob default)")
     cli.add_argument("--step", default="15s", help="the range-query step")
-    cli.add_argument("--cycles", type=int, default=2)
+    cli.add_argument("--cycles", type=int, default=3)
     cli.add_argument("--sample", type=int, default=200, help="jobs the per-job baseline really queries")
     cli.add_argument("--json-only", action="store_true")
     cli.add_argument("--profile", metavar="FILE", help="write a cProfile of one more cycle's per-job path")

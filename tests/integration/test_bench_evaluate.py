@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 
@@ -39,3 +40,12 @@ def test_a_merge_patch_makes_a_new_object_and_null_removes() -> None:
     merged = evaluate.merge_patch(stored, {"status": {"efficiency": {"topFinding": None}, "findings": []}})
     assert merged == {"status": {"phase": "Running", "efficiency": {"gpuUtilization": 30.0}, "findings": []}}
     assert stored["status"]["efficiency"] == {"gpuUtilization": 30.0, "topFinding": "Idle"}  # unchanged
+
+
+def test_a_patch_stores_a_new_object_with_the_next_resource_version() -> None:
+    body = evaluate.trainingjob(0, "ns", "job", workers=3, now=1.7e9, window="15m")
+    kube = evaluate.OfflineKube([body])
+    patched = asyncio.run(kube.patch("gpuwise.io/v1alpha1", "TrainingJob", "ns", "job", {"status": {"restarts": 1}}))
+    assert patched is not None and patched is not body and patched["status"]["restarts"] == 1
+    assert int(patched["metadata"]["resourceVersion"]) == int(body["metadata"]["resourceVersion"]) + 1
+    assert patched["spec"] is body["spec"]  # a status write leaves the spec object as it was, like a watch's copy
