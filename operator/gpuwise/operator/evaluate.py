@@ -107,6 +107,14 @@ def job_facts(body: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> 
     )
 
 
+SUSTAIN: Final = Sustain()
+
+
+@functools.lru_cache(maxsize=64)  # a few distinct thresholds across a fleet, asked for by every job each cycle
+def _thresholds(gpu_utilization: float) -> DiagnosisThresholds:
+    return DiagnosisThresholds(gpu_utilization=gpu_utilization)
+
+
 def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> JsonDict:
     """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
     old_findings = {finding.kind: finding for finding in _findings(previous)}
@@ -115,8 +123,8 @@ def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mappin
         context = Context(
             window=window,
             tunables=spec.efficiency.tunables,
-            thresholds=DiagnosisThresholds(gpu_utilization=spec.efficiency.thresholds.gpu_utilization),
-            sustain=Sustain(),
+            thresholds=_thresholds(spec.efficiency.thresholds.gpu_utilization),
+            sustain=SUSTAIN,
             now=now,
             active=frozenset(old_findings),
             since={kind: finding.since for kind, finding in old_findings.items()},
