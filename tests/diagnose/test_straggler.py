@@ -8,6 +8,7 @@ same defaults it uses on the PAI traces.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import pathlib
 import random
@@ -20,6 +21,8 @@ from hypothesis import strategies as st
 from gpuwise.diagnose.straggler import (
     Episode,
     StragglerPolicy,
+    _episodes_in,
+    _WorkerState,
     detect_stragglers,
     job_peer_ratios,
     peer_ratios,
@@ -153,3 +156,153 @@ def test_peer_ratios_of_aligned_workers_are_those_of_the_samples(workers: int) -
             "numpy where it can"
         )
         assert {w: repr(list(r)) for w, r in got.items()} == {w: repr(list(r)) for w, r in expected.items()}
+
+
+# The detector skips ahead through the samples outside episodes (`_WorkerState.skip_ahead`, numpy's
+# rolling medians): it must find the very episodes that one `step()` a sample finds, to the bit.
+
+
+def plain_and_fast(ratios: dict[int, list[tuple[float, float]]], policy: StragglerPolicy) -> tuple[str, str]:
+    def outcome(skip_ahead: bool) -> str:
+        try:
+            episodes = _episodes_in(ratios, policy, skip_ahead=skip_ahead)
+        except ZeroDivisionError as error:  # a zero baseline or sigma: both ways alike
+            return f"raises {error}"
+        return repr([(e.worker, e.start, e.end, e.peak_slowdown, e.baseline) for e in episodes])
+
+    return outcome(False), outcome(True)
+
+
+def series_length(rng: random.Random, policy: StragglerPolicy) -> int:
+    return rng.choice([rng.randint(0, policy.warmup_samples + 2), rng.randint(10, 90), rng.randint(90, 300)])
+
+
+def adversarial_series(rng: random.Random, policy: StragglerPolicy, length: int) -> list[float]:
+    """Peer ratios with noise, steps up and down, episodes long and short with dips, spikes, runs
+    of equal values, episodes that open right after the warmup, and now and then a value that is
+    no peer ratio at all (zero, negative, NaN, huge)."""
+    noise = rng.choice([0.0, 0.001, 0.02, 0.02, 0.1, 0.4])
+    decimals = rng.choice([None, None, 1, 2, 3])  # rounded: many equal values
+    level, values = rng.choice([1.0, 0.7, 1.3, 1e-3, 1e3]), []
+    if rng.random() < 0.2:
+        values += [level] * policy.warmup_samples  # an episode may open at the first judged sample
+    while len(values) < length:
+        kind = rng.choice(["flat", "flat", "step", "episode", "episode", "spike", "ramp"])
+        run = rng.choice([1, 2, 3, rng.randint(1, 60)])
+        factor = rng.choice([1.1, 1.2, 1.25, 1.26, 1.5, 1.8, 3.0, 20.0, 0.5, 0.2])
+        if kind == "step":
+            level *= factor
+        for k in range(run):
+            value = level * (1 + rng.gauss(0, noise))
+            if kind == "episode":
+                value *= 1.13 if rng.random() < 0.2 else factor  # dips near the lower threshold
+            elif kind == "spike" and k == 0:
+                value *= factor
+            elif kind == "ramp":
+                value *= 1 + (factor - 1) * k / run
+            values.append(value)
+    values = [round(v, decimals) if decimals is not None else v for v in values[:length]]
+    if values and rng.random() < 0.1:
+        values[rng.randrange(len(values))] = rng.choice([0.0, -1.0, math.nan, math.inf, 1e305, 1e-305])
+    return values
+
+
+def random_policy(rng: random.Random) -> StragglerPolicy:
+    if rng.random() < 0.4:
+        return StragglerPolicy()
+    warmup = rng.randint(2, 12)
+    window = rng.randint(1, 6)
+    return StragglerPolicy(
+        min_slowdown=rng.choice([1.01, 1.1, 1.25, 2.0]),
+        min_z=rng.choice([-1.0, 0.0, 1.0, 4.0, 10.0]),
+        min_relative_sigma=rng.choice([-0.02, 0.0, 0.001, 0.02, 0.3]),
+        baseline_samples=rng.randint(warmup, 40),
+        warmup_samples=warmup,
+        enter_window=window,
+        enter_count=rng.randint(1, window),
+        exit_after=rng.randint(1, 5),
+    )
+
+
+def as_ratios(
+    rng: random.Random, workers: list[list[float]], aligned: bool | None = None
+) -> dict[int, list[tuple[float, float]]]:
+    """Each worker's values at 15 s steps: all as `Points` (the job's workers taken together when
+    they have as many samples), or each as `Points` or as a list of (time, ratio) pairs."""
+    aligned = rng.random() < 0.5 if aligned is None else aligned
+    ratios: dict[int, list[tuple[float, float]]] = {}
+    for worker, values in enumerate(workers):
+        times = [1_795_000_000.0 + 15 * k for k in range(len(values))]
+        pairs = list(zip(times, values, strict=True))
+        ratios[worker] = Points(array("d", times), array("d", values)) if aligned or rng.random() < 0.5 else pairs  # type: ignore[assignment]
+    return ratios
+
+
+@pytest.mark.filterwarnings("error")  # numpy's overflow warnings too: Python's floats overflow quietly
+@settings(max_examples=400, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_skipping_ahead_finds_the_very_episodes_of_one_step_a_sample(seed: int) -> None:
+    rng = random.Random(seed)
+    policy = random_policy(rng)
+    length = series_length(rng, policy) if rng.random() < 0.5 else None  # all workers alike, or each its own
+    workers = rng.randint(1, 5)
+    series = [adversarial_series(rng, policy, length or series_length(rng, policy)) for _ in range(workers)]
+    plain, fast = plain_and_fast(as_ratios(rng, series), policy)
+    assert fast == plain
+
+
+def bench_shaped(rng: random.Random, workers: int = 4, samples: int = 61) -> list[list[float]]:
+    """Ratios ~1.0 ± 2 %, the last worker 1.8 times slower over the last third."""
+    slow_from = samples * 2 // 3
+    return [
+        [(1 + 0.02 * rng.uniform(-1, 1)) * (1.8 if w == workers - 1 and k >= slow_from else 1) for k in range(samples)]
+        for w in range(workers)
+    ]
+
+
+def test_skipping_ahead_on_named_cases() -> None:
+    policy, rng = StragglerPolicy(), random.Random(5)
+    warmup = policy.warmup_samples
+    cases = {
+        "bench": bench_shaped(rng),
+        "fewer than the warmup": [[1.0] * (warmup - 1) + [5.0], [2.0] * warmup],
+        "slow from the first judged sample": [[1.0] * warmup + [2.0] * 30],
+        "all equal": [[1.0] * 80],
+        "equal, then slow": [[1.0] * 40 + [1.3] * 10 + [1.0] * 30],
+        "step down, then up": [[1.0] * 20 + [0.5] * 40 + [1.0] * 20],
+        "two episodes": [[1.0] * 30 + [2.0] * 10 + [1.0] * 20 + [2.5] * 8 + [1.0] * 20],
+        "dips hold it open": [[1.0] * 30 + [2.0, 1.13, 2.0, 1.13, 1.13, 2.0] * 5 + [1.0] * 10],
+        "isolated spikes": [[1.0 + 0.01 * (k % 3) + (1.0 if k % 9 == 0 else 0) for k in range(200)]],
+        # Python's min() and max() skip a NaN unless it comes first; numpy's do not.
+        "a NaN, then slow": [[1.0] * 5 + [math.nan] + [1.0] * 30 + [2.0] * 10 + [1.0] * 10, [1.0] * 56, [1.1] * 56],
+        "a NaN first": [[math.nan] + [1.0] * 35 + [2.0] * 10, [1.0] * 46, [1.0] * 46],
+    }
+    for name, workers in cases.items():
+        for sigma, aligned in itertools.product((0.02, 0.0), (True, False)):  # no noise floor: a zero sigma raises
+            p = StragglerPolicy(min_relative_sigma=sigma)
+            plain, fast = plain_and_fast(as_ratios(rng, workers, aligned), p)
+            assert fast == plain, name
+    assert plain_and_fast(as_ratios(rng, cases["bench"]), policy)[1] != "[]"
+    # Negative ratios, with a policy that makes sense of them: no smallest ratio bounds a median.
+    odd = StragglerPolicy(min_relative_sigma=-0.02, min_z=-100)
+    plain, fast = plain_and_fast(as_ratios(rng, [[-1.0] * 20 + [-2.0] * 10 + [-1.0] * 10]), odd)
+    assert fast == plain != "[]"
+
+
+def test_skipping_ahead_takes_few_baselines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It is the fast path: a bench-shaped straggler takes one `baseline()` where one step a sample takes 33."""
+    calls: list[int] = []
+    baseline = _WorkerState.baseline
+
+    def counted(self: _WorkerState) -> tuple[float, float]:
+        calls.append(self._baseline is None)
+        return baseline(self)
+
+    monkeypatch.setattr(_WorkerState, "baseline", counted)
+    ratios = as_ratios(random.Random(3), bench_shaped(random.Random(3)))
+    counts = []
+    for skip_ahead in (False, True):
+        calls.clear()
+        (_episode,) = _episodes_in(ratios, StragglerPolicy(), skip_ahead=skip_ahead)
+        counts.append(sum(calls))
+    assert counts[0] > 20 and counts[1] == 1

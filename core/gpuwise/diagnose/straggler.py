@@ -28,6 +28,9 @@ on Alibaba PAI traces the detector was not fitted to.
 from __future__ import annotations
 
 import collections
+import functools
+import itertools
+import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma from its median absolute deviation
+# Samples that `_WorkerState.skip_ahead` judges one by one before it takes the rolling medians.
+_CHEAP_CANDIDATES = 3
 
 
 @dataclass(frozen=True)
@@ -153,19 +158,14 @@ def _aligned(
 
 
 @overload
-def _judge(policy: StragglerPolicy, ratio: float, base: float, sigma: float) -> tuple[float, float, bool]: ...
+def _slow_enough(policy: StragglerPolicy, slowdown: float) -> bool: ...
 @overload
-def _judge(
-    policy: StragglerPolicy, ratio: NDArray[np.float64], base: NDArray[np.float64], sigma: NDArray[np.float64]
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]: ...
-def _judge(policy: StragglerPolicy, ratio: Any, base: Any, sigma: Any) -> Any:
-    """A sample's slowdown against its baseline, its z-score, and whether it is clearly slow.
-
-    Operators only, so that the one rule applies alike to a sample (`_WorkerState.step`) and,
-    elementwise with the same IEEE operations, to numpy arrays of samples (`_WorkerState.skip_ahead`).
-    """
-    slowdown, z = ratio / base, (ratio - base) / sigma
-    return slowdown, z, (slowdown >= policy.min_slowdown) & (z >= policy.min_z)
+def _slow_enough(policy: StragglerPolicy, slowdown: NDArray[np.float64]) -> NDArray[np.bool_]: ...
+def _slow_enough(policy: StragglerPolicy, slowdown: Any) -> Any:
+    """Whether a sample `slowdown` times its baseline is slow enough to be clearly slow (if its
+    z-score is high enough too): for one sample (`_WorkerState.step`) and, elementwise, for a
+    numpy array of them (`_WorkerState.skip_ahead`)."""
+    return slowdown >= policy.min_slowdown
 
 
 @dataclass
@@ -202,8 +202,9 @@ class _WorkerState:
         if len(self.history) < policy.warmup_samples:
             self.remember(ratio)
             return None
-        base, sigma = self.baseline()
-        slowdown, z, slow = _judge(policy, ratio, base, sigma)
+        base, sigma = self._baseline or self.baseline()
+        slowdown, z = ratio / base, (ratio - base) / sigma
+        slow = _slow_enough(policy, slowdown) and z >= policy.min_z  # clearly slow
         if self.start is None:
             self.recent.append((time, slow))
             if slow and sum(s for _, s in self.recent) >= policy.enter_count:
@@ -232,6 +233,98 @@ class _WorkerState:
         self.recent.clear()
         return episode
 
+    def skip_ahead(
+        self, times: Sequence[float], values: Sequence[float], ratios: NDArray[np.float64], lowest: float, first: int
+    ) -> int:
+        """`step()` through the samples from `first` on, outside an episode, up to and including the
+        first clearly slow one; returns the index of the sample after it (or the end).
+
+        Outside an episode each sample that is not clearly slow is remembered, and one can be
+        clearly slow only `_slow_enough` against its baseline's median. No median is below the
+        smallest of all the ratios, `lowest`, so most samples cannot be: those are remembered (and,
+        past the warmup, noted as not slow) without a `baseline()` each, and the others go through
+        `step()`, which judges them by the rules. When the first few of those were not slow after
+        all, the others are told apart by their very medians: numpy takes them for all the samples
+        at once (`_rolling_medians`), as long as every sample was remembered. The first slow one
+        is not: there this returns. `ratios` is `values` as a numpy array, all positive and under
+        1e300 (`_skip_through`).
+        """
+        import numpy as np  # here, not at the top: the sidecar imports this package without numpy
+
+        policy, count = self.policy, len(values)
+        judged = first + max(0, policy.warmup_samples - len(self.history))  # the first sample step() judges
+        done = first
+        if judged < count:
+            cheap = _slow_enough(policy, ratios[judged:] / lowest).nonzero()[0].tolist()
+            for k in cheap[:_CHEAP_CANDIDATES]:
+                if self._slow_at(times, values, done, judged + k, judged):
+                    return judged + k + 1
+                done = judged + k + 1
+            if len(cheap) > _CHEAP_CANDIDATES:  # as many were not slow after all: take the medians
+                after, history = judged + cheap[_CHEAP_CANDIDATES], np.array(self.history)
+                window = np.concatenate((history, ratios[done:]))  # the history now, and every ratio after it
+                medians = _rolling_medians(window, policy.baseline_samples, len(history), after - done + len(history))
+                for k in _slow_enough(policy, ratios[after:] / medians).nonzero()[0].tolist():
+                    if self._slow_at(times, values, done, after + k, judged):
+                        return after + k + 1
+                    done = after + k + 1
+        self._remember_all(times, values, done, count, judged)
+        return count
+
+    def _slow_at(self, times: Sequence[float], values: Sequence[float], first: int, sample: int, judged: int) -> bool:
+        """Remember the samples from `first` to `sample` (none of them slow), then `step()` that one;
+        whether it was slow."""
+        self._remember_all(times, values, first, sample, judged)
+        self.step(times[sample], values[sample])
+        return self.start is not None or self.recent[-1][1]
+
+    def _remember_all(
+        self, times: Sequence[float], values: Sequence[float], first: int, stop: int, judged: int
+    ) -> None:
+        """What `step()` does with samples `first` to `stop` that are not clearly slow, outside an
+        episode: remember them, and note those from `judged` on as not slow."""
+        if stop > first:
+            self.history.extend(values[max(first, stop - self.policy.baseline_samples) : stop])
+            self._baseline = None
+            noted = max(first, judged, stop - self.policy.enter_window)
+            self.recent.extend(zip(times[noted:stop], itertools.repeat(False)))
+
+
+def _rolling_medians(window: NDArray[np.float64], size: int, known: int, first: int) -> NDArray[np.float64]:
+    """The median of the last `size` ratios before each of `window[first:]`: bit for bit what `median`
+    takes of a `_WorkerState.history` that held `window[:known]` and then remembered them all.
+
+    One row per ratio of the `size` before it (+∞ where there are fewer), sorted: the median is the
+    row's middle value or its two middle values' sum halved, as `median` takes it. An odd count's
+    middle value is taken as itself halved twice over, (x + x) / 2, which is x for any x under 1e300.
+    """
+    import numpy as np
+
+    window = np.concatenate((np.full(size - known, np.inf), window))
+    rows, lower, upper = _median_layout(size, known, first - known, len(window) - size)
+    ordered = np.sort(window[rows], axis=1).ravel()
+    medians: NDArray[np.float64] = (ordered[lower] + ordered[upper]) / 2
+    return medians
+
+
+@functools.lru_cache(maxsize=256)
+def _median_layout(
+    size: int, known: int, first: int, count: int
+) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
+    """For `_rolling_medians`: each row's indices into the window, and where its middle values
+    lie once the rows are sorted and laid end to end."""
+    import numpy as np
+
+    offsets = np.arange(first, count)
+    lengths = np.minimum(known + offsets, size)  # ratios before each one, ≥ warmup_samples ≥ 2
+    starts = np.arange(len(offsets)) * size
+    rows = offsets[:, None] + np.arange(size)
+    for array_ in (rows, starts):
+        array_.flags.writeable = False
+    lower, upper = starts + (lengths - 1) // 2, starts + lengths // 2
+    lower.flags.writeable = upper.flags.writeable = False
+    return rows, lower, upper
+
 
 PeerRatios = Mapping[int, Sequence[tuple[float, float]]]  # per worker: (time, step time ÷ peers' median)
 
@@ -252,16 +345,111 @@ def episodes_in(ratios: PeerRatios, policy: StragglerPolicy | None = None) -> li
     each sample's baseline (two medians of up to `baseline_samples` values) is most of what
     evaluating a fleet's jobs would otherwise cost; the result is the same.
     """
-    policy = policy or StragglerPolicy()
+    return _episodes_in(ratios, policy or StragglerPolicy(), skip_ahead=True)
+
+
+def _episodes_in(ratios: PeerRatios, policy: StragglerPolicy, *, skip_ahead: bool) -> list[Episode]:
+    """`episodes_in`; with `skip_ahead`, the stretches outside episodes go through
+    `_WorkerState.skip_ahead` rather than one `step()` a sample: the same episodes, faster."""
     episodes: list[Episode] = []
-    for worker, series in ratios.items():
+    for worker, series, ahead, lowest in _followed(ratios, policy, skip_ahead):
         values = step_values(series)
-        if len(values) <= policy.warmup_samples or max(values) < policy.min_slowdown * min(values):
-            continue
-        state = _WorkerState(policy)
-        closed = [state.step(time, ratio) for time, ratio in series] + [state.close()]
-        episodes += [Episode(worker, *episode) for episode in filter(None, closed)]
+        times = series.times if isinstance(series, Points) else [time for time, _ in series]
+        state, closed = _WorkerState(policy), []
+        step, i, count = state.step, 0, len(values)
+        while i < count:
+            # Outside an episode, with no slow sample in sight: skip to the next slow one.
+            if ahead is not None and state.start is None and not any(slow for _, slow in state.recent):
+                i = state.skip_ahead(times, values, ahead, lowest, i)
+            elif (episode := step(times[i], values[i])) is None:
+                i += 1
+            else:
+                closed.append(episode)
+                i += 1
+        if (episode := state.close()) is not None:
+            closed.append(episode)
+        episodes += [Episode(worker, *episode) for episode in closed]
     return sorted(episodes, key=lambda e: (e.start, e.worker))
+
+
+# A worker, its ratios, and those as a numpy array and their smallest, for `_WorkerState.skip_ahead`.
+_Followed = tuple[int, Sequence[tuple[float, float]], "NDArray[np.float64] | None", float]
+
+
+def _followed(ratios: PeerRatios, policy: StragglerPolicy, skip_ahead: bool) -> list[_Followed]:
+    """The workers whose ratios spread by `min_slowdown` (`episodes_in`: the others have no
+    episode), with their ratios as a numpy array for `skip_ahead` where they are `_skippable`.
+
+    With `skip_ahead`, workers that share their sample times (`Points` from `job_peer_ratios`)
+    are taken together: each one's smallest and largest ratio is then a numpy reduction over
+    them all, not two Python loops that box every sample. A worker with a NaN among its ratios,
+    whose Python min() and max() depend on where the NaN lies, is taken alone.
+    """
+    matrix = _matrix(ratios) if skip_ahead else None
+    if matrix is None:
+        followed: list[_Followed] = []
+        for worker, series in ratios.items():
+            values = step_values(series)
+            if len(values) <= policy.warmup_samples:
+                continue
+            lowest = min(values)
+            if max(values) < policy.min_slowdown * lowest:
+                continue
+            followed.append((worker, series, _skippable(values, lowest, policy) if skip_ahead else None, lowest))
+        return followed
+    if matrix.shape[1] <= policy.warmup_samples:
+        return []
+    import numpy as np
+
+    lows, highs = np.minimum.reduce(matrix, axis=1).tolist(), np.maximum.reduce(matrix, axis=1).tolist()
+    followed = []
+    for row, (worker, series) in enumerate(ratios.items()):
+        lowest, highest = lows[row], highs[row]
+        if math.isnan(lowest):  # so is highest; Python's min() and max() would be something else
+            followed += _followed({worker: series}, policy, skip_ahead=False)
+        elif highest >= policy.min_slowdown * lowest:
+            ahead = matrix[row] if _skip_through(lowest, highest, policy) else None
+            followed.append((worker, series, ahead, lowest))
+    return followed
+
+
+def _matrix(ratios: PeerRatios) -> NDArray[np.float64] | None:
+    """The workers' ratios as the rows of a matrix, when all are `Points` of as many samples and
+    numpy is there; None otherwise."""
+    columns = [series.values for series in ratios.values() if isinstance(series, Points)]
+    if not columns or len(columns) < len(ratios) or len({len(values) for values in columns}) > 1:
+        return None
+    try:
+        import numpy as np
+    except ImportError:  # the sidecar's image has no numpy
+        return None
+    return np.frombuffer(b"".join(columns), dtype=np.float64).reshape(len(columns), len(columns[0]))
+
+
+def _skippable(values: Sequence[float], lowest: float, policy: StragglerPolicy) -> NDArray[np.float64] | None:
+    """`values`, whose smallest is `lowest`, as a numpy array for `_WorkerState.skip_ahead` when
+    `_skip_through` says so and numpy is there; None otherwise."""
+    total = sum(values)  # at least the largest value if all are positive; NaN if one is NaN
+    if not (total < 1e300 and _skip_through(lowest, total, policy)):
+        return None
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    return np.asarray(values, dtype=np.float64)
+
+
+def _skip_through(lowest: float, highest: float, policy: StragglerPolicy) -> bool:
+    """Whether `_WorkerState.skip_ahead` may go through a worker's ratios from `lowest` to `highest`
+    (no NaN among them): when all are positive, none is 1e300 or more times another (peer ratios
+    are nowhere near), and no baseline's sigma can be zero.
+
+    With numpy, a quotient or a sum that overflows is infinite as it is in Python, but with a
+    warning. `skip_ahead` takes no sigma for the samples that cannot be slow; `step()` would, and
+    with a zero sigma it raises ZeroDivisionError. A sigma is at least `min_relative_sigma` times
+    its median, which is at least the smallest ratio.
+    """
+    return lowest > 0 and highest < 1e300 and highest / lowest < 1e300 and policy.min_relative_sigma * lowest > 0
 
 
 def recovered(ratios: Sequence[tuple[float, float]], limit: float, policy: StragglerPolicy | None = None) -> bool:
