@@ -12,6 +12,7 @@ import itertools
 import math
 import pathlib
 import random
+import sys
 from array import array
 
 import pytest
@@ -306,3 +307,12 @@ def test_skipping_ahead_takes_few_baselines(monkeypatch: pytest.MonkeyPatch) -> 
         (_episode,) = _episodes_in(ratios, StragglerPolicy(), skip_ahead=skip_ahead)
         counts.append(sum(calls))
     assert counts[0] > 20 and counts[1] == 1
+
+
+def test_without_numpy_the_detector_takes_one_step_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sidecar's image has no numpy: the same episodes, without skipping ahead."""
+    ratios = as_ratios(random.Random(4), bench_shaped(random.Random(4)), aligned=True)
+    expected = plain_and_fast(ratios, StragglerPolicy())[0]
+    monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy raises ImportError
+    monkeypatch.delattr(_WorkerState, "skip_ahead")
+    assert plain_and_fast(ratios, StragglerPolicy()) == (expected, expected) != ("[]", "[]")
