@@ -225,12 +225,19 @@ class Evaluator:
     async def snapshot(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot:
         key = (window_seconds, step_seconds)
         async with self._locks[key]:
-            now = self.clock()
-            if key in self._snapshots and now - self._snapshots[key].now < self.cycle_seconds:
-                return self._snapshots[key]
-            self._snapshots.pop(key, None)  # not two cycles' worth of series in memory at once
+            now, previous = self.clock(), self._snapshots.get(key)
+            if previous is not None and now - previous.now < self.cycle_seconds:
+                return previous
+            # The read asks only for what is new since the previous one and takes its series over
+            # (`fetch`): not two cycles' worth of series in memory at once.
+            self._snapshots.pop(key, None)
             fresh = await asyncio.to_thread(
-                prometheus.fetch, self.source, now=now, window_seconds=window_seconds, step_seconds=step_seconds
+                prometheus.fetch,
+                self.source,
+                now=now,
+                window_seconds=window_seconds,
+                step_seconds=step_seconds,
+                previous=previous,
             )
             self.fetches += 1
             self._snapshots[key] = fresh
