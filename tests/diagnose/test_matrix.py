@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from typing import Any
 
 import pytest
@@ -114,3 +115,58 @@ def test_an_answer_read_in_pieces_decodes_as_a_whole(size: int) -> None:
     truncated = body[: body.index(b"+Inf")]
     with pytest.raises(matrix.MalformedAnswer, match="ends inside a series"):
         list(matrix.series_in(truncated[i : i + size] for i in range(0, len(truncated), size)))
+
+
+def test_a_label_value_with_a_brace_is_read_all_the_same() -> None:
+    labels = [{"namespace": "ml", "trainingjob": "a}b"}, {"namespace": "}{", "trainingjob": '"}],"values":[['}]
+    body = answer([series(labels[0], ["1", "2"]), series(labels[1], ["3"])], warnings=["a", "4"])
+    pieces = list(matrix.matrix_in([body]))
+    assert [json.loads(raw) for piece in pieces for raw, _ in piece.pairs] == labels
+    # The warnings after the last series (`,"4"]`) are no series' values.
+    assert [value for piece in pieces for value in piece.values()] == [1.0, 2.0, 3.0]
+
+
+def vector_answer(result: list[dict[str, Any]], **extra: Any) -> bytes:
+    body = {"status": "success", "data": {"resultType": "vector", "result": result}, **extra}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def test_vector_samples_are_label_sets_as_written_and_value_texts() -> None:
+    result: list[dict[str, Any]] = [
+        {"metric": labels, "value": [1_795_000_000.5, str(i)]} for i, labels in enumerate(NASTY)
+    ]
+    result.append({"metric": {"a": "}"}, "value": [1_795_000_000.5, "NaN"]})
+    body = vector_answer(result, warnings=['{"metric":{}'])
+    samples = matrix.vector(body)
+    assert samples is not None
+    assert [(json.loads(raw), value) for raw, value in samples] == [
+        (s["metric"], s["value"][1].encode()) for s in result
+    ]
+    assert matrix.vector(vector_answer([])) == []
+    assert matrix.vector(answer([])) is None, "a matrix is not a vector"
+    for cut in (body[: body.index(b'"NaN"')], body[: body.rindex(b"]}") - 1], body[:-1]):
+        with pytest.raises(matrix.MalformedAnswer, match="not a Prometheus vector answer"):
+            matrix.vector(cut)
+
+
+def test_a_grid_of_multiples_of_the_step() -> None:
+    grid = matrix.Grid.ending(1_795_486_245.7, 900, 15)
+    assert (grid.start, grid.end, grid.step, grid.count) == (1_795_485_345.0, 1_795_486_245.0, 15.0, 61)
+    assert grid.times is matrix.Grid(grid.first_ms, 15_000, 61).times, "one array for the grid"
+    assert matrix.Grid.ending(1_795_486_259.999, 900, 15).end == grid.end, "up to a step old"
+    assert matrix.Grid.ending(1_795_486_245.7, 100, 15).count == 7, "the window rounded down to the grid"
+    half = matrix.Grid.ending(1_795_486_245.7, 10, 0.5)
+    assert half.end == 1_795_486_245.5 and half.first == b'[1795486235.500,"' and half.count == 21
+
+
+def test_a_series_on_the_grid_from_its_start_or_to_its_end() -> None:
+    grid = matrix.Grid(1_795_000_000_000, 15_000, 5)
+
+    def text(*indexes: int) -> bytes:
+        return b",".join(b'[%d,"1"]' % (1_795_000_000 + 15 * i) for i in indexes)
+
+    assert grid.span(text(0, 1, 2, 3, 4), 5) == 0
+    assert grid.span(text(0, 1, 2), 3) == 0 and grid.span(text(2, 3, 4), 3) == 2
+    assert grid.span(text(0, 2, 3), 3) is None and grid.span(text(1, 2, 3), 3) is None
+    assert matrix.times(text(2, 3, 4), 3, 15, grid) == grid.times[2:]
+    assert matrix.times(text(0, 2, 4), 3, 15, grid) == array("d", [grid.times[0], grid.times[2], grid.times[4]])

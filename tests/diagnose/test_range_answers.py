@@ -56,3 +56,15 @@ def test_another_kind_of_answer_or_a_cut_one_is_refused(size: int) -> None:
         list(answering(vector, size).range("up", 0, 15, 15))
     with pytest.raises(PrometheusError, match="not a Prometheus matrix answer"):
         list(answering(MATRIX[: MATRIX.index(b'"2"')], size).range("up", 0, 15, 15))
+
+
+def test_instant_answers_that_are_not_a_vector_are_refused() -> None:
+    vector = b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":"b"},"value":[1,"2"]}]}}'
+    assert answering(vector, CHUNK_BYTES).vector("up", 1) == [(b'{"a":"b"}', b"2")]
+    error = b'{"status":"error","errorType":"bad_data","error":"parse error at char 3"}'
+    with pytest.raises(PrometheusError, match="parse error at char 3"):
+        answering(error, CHUNK_BYTES).vector("up{", 1)
+    with pytest.raises(PrometheusError, match="not a vector"):
+        answering(MATRIX, CHUNK_BYTES).vector("up", 1)
+    with pytest.raises(PrometheusError, match="not a Prometheus vector answer"):
+        answering(vector[:-3], CHUNK_BYTES).vector("up", 1)
