@@ -627,7 +627,10 @@ def _facts(name: str, samples: Sequence[matrix.Pair], labels: LabelSets) -> dict
     said = labels.of(raws)
     if name == "gpu_model":
         return {key: model for key, _, model in said}
-    return dict(zip([key for key, _, _ in said], map(float, values), strict=True))
+    # Each distinct value parsed once, one float object for all the jobs with it: most facts take
+    # a few values across a fleet (batch sizes, worker counts, flags), and 10,000 floats are 240 kB.
+    parsed = {text: float(text) for text in set(values)}
+    return dict(zip([key for key, _, _ in said], map(parsed.__getitem__, values), strict=True))
 
 
 def fetch(
