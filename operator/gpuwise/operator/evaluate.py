@@ -42,7 +42,7 @@ from gpuwise.diagnose.window import JobWindow, Sustain
 from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS
 from gpuwise.operator.reconcile import Context as ReconcileContext
-from gpuwise.operator.reconcile import as_body, parse_spec
+from gpuwise.operator.reconcile import as_body, parse_spec, specs_remembered
 
 if TYPE_CHECKING:  # the runner imports from the operator package: only its type is needed here
     from gpuwise.act.runner import Runner
@@ -307,10 +307,11 @@ async def evaluate_job(
     # and nothing in evaluating or acting writes into a body.
     raw = dict(body)
     meta = raw["metadata"]
-    evaluated = await publish_efficiency(raw, evaluator, context.kube, logger)
-    async with context.lock(meta["namespace"], meta["name"]):
-        recommendations = (evaluated or {}).get("recommendations") or []
-        try:
-            await runner.run(raw, list(pods), fleet, recommendations)
-        except prometheus.PrometheusError as exc:  # the action waits where it is; the next cycle retries
-            logger.warning("cannot advance actions: %s", exc)
+    with specs_remembered():
+        evaluated = await publish_efficiency(raw, evaluator, context.kube, logger)
+        async with context.lock(meta["namespace"], meta["name"]):
+            recommendations = (evaluated or {}).get("recommendations") or []
+            try:
+                await runner.run(raw, list(pods), fleet, recommendations)
+            except prometheus.PrometheusError as exc:  # the action waits where it is; the next cycle retries
+                logger.warning("cannot advance actions: %s", exc)

@@ -30,7 +30,7 @@ from gpuwise.operator.evaluate import evaluate_job
 from gpuwise.operator.inject import inject_sidecar
 from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS
-from gpuwise.operator.reconcile import Context, forget_spec, reconcile
+from gpuwise.operator.reconcile import Context, reconcile
 
 JsonDict = dict[str, Any]
 TRAININGJOBS = (wiring.API_GROUP, VERSION, PLURAL)
@@ -153,7 +153,6 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
             runner: Runner = memo["runner"]
             runner.forget(namespace or "", name)
         JOBS.forget(namespace or "", name)  # its gpuwise_job_* series go now, not at their expiry
-        forget_spec(namespace or "", name)
 
     if settings.prometheus_url:
 
