@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpuwise.diagnose import prometheus as source
+from gpuwise.diagnose.incremental import OVERLAP_STEPS
 from gpuwise.metrics import Metric, catalog
 from tests.support.prometheus import AVAILABLE, running
 
@@ -30,7 +31,7 @@ pytestmark = [
 STEP = 15
 WINDOW = 300
 END = int(time.time()) // STEP * STEP - 600  # the history's last sample; rounds are read around it
-REREAD = END - source.OVERLAP_STEPS * STEP  # where a round after one at END starts reading again
+REREAD = END - OVERLAP_STEPS * STEP  # where a round after one at END starts reading again
 NS = "ml"
 # Jobs, by what happens to them between the two servers' histories.
 STEADY, LATE, BACKFILLED, NEW, GONE, SHRUNK, STARTED, STOPPED = (
@@ -176,7 +177,7 @@ def test_rounds_joined_to_the_previous_hold_what_a_full_read_does(before: str) -
         snapshot = source.fetch(client, now=now, window_seconds=WINDOW, step_seconds=STEP, previous=snapshot)
     assert snapshot is not None
     # The last round asked for the last steps only, on the grid of the multiples of the step.
-    assert len(client.starts) == 5 and set(client.starts) == {END - 30 - source.OVERLAP_STEPS * STEP}
+    assert len(client.starts) == 5 and set(client.starts) == {END - 30 - OVERLAP_STEPS * STEP}
     assert snapshot.grid is not None and (snapshot.grid.start, snapshot.grid.end) == (END - WINDOW, END)
     full = fetch(before, END)
     assert same(flat(snapshot), flat(full)) and order(snapshot) == order(full)
@@ -231,7 +232,7 @@ def test_a_full_read_when_the_previous_round_cannot_be_joined(before: str) -> No
         source.fetch(client, now=now, window_seconds=window, step_seconds=STEP, previous=previous)
         return set(client.starts)
 
-    assert starts(END, fetch(before, END - 30)) == {END - 30 - source.OVERLAP_STEPS * STEP}
+    assert starts(END, fetch(before, END - 30)) == {END - 30 - OVERLAP_STEPS * STEP}
     assert starts(END, fetch(before, END - WINDOW)) == {END - WINDOW}, "as old as the window"
     assert starts(END, fetch(before, END - WINDOW + 30)) == {END - WINDOW}, "the re-read would start before it"
     assert starts(END - 60, fetch(before, END)) == {END - 60 - WINDOW}, "the clock went back"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpuwise.diagnose import matrix
-from gpuwise.diagnose.prometheus import LabelSets
+from gpuwise.diagnose.labels import LabelSets
 
 
 def raw(**labels: str) -> bytes:

@@ -22,6 +22,7 @@ from typing import Any, Final
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import ActionKind, EfficiencySummary, Tunables
 from gpuwise.diagnose import prometheus
+from gpuwise.diagnose.labels import JobKey
 from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import JobWindow, Sustain
 
@@ -46,7 +47,7 @@ class UsageError(Exception):
 
 @dataclass(frozen=True)
 class Result:
-    key: prometheus.JobKey
+    key: JobKey
     window: JobWindow
     diagnoses: list[Diagnosis]
 
@@ -112,7 +113,7 @@ def _durations(window_text: str, step_text: str) -> tuple[float, float]:
     return window, step
 
 
-def _select(jobs: list[prometheus.JobKey], namespace: str | None, name: str | None) -> list[prometheus.JobKey]:
+def _select(jobs: list[JobKey], namespace: str | None, name: str | None) -> list[JobKey]:
     chosen = [k for k in jobs if (namespace is None or k[0] == namespace) and (name is None or k[1] == name)]
     if name is not None and not chosen:
         where = f"namespace {namespace!r}" if namespace else "any namespace"
