@@ -72,8 +72,9 @@ def timestamp_text(ms: int) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)  # every series of a query shares the query's grid
-def _grid(first_ms: int, step_ms: int, points: int) -> array[float]:
-    """`points` times from `first_ms`, `step_ms` apart, as `float(text)` would read them.
+def grid_times(first_ms: int, step_ms: int, points: int) -> array[float]:
+    """The shared times (never write into them) of `points` steps from `first_ms`, `step_ms` apart,
+    as `float(text)` would read them.
 
     An exact whole number of milliseconds divided by 1000 is correctly rounded, as is parsing
     its decimal text: the same double.
@@ -82,7 +83,8 @@ def _grid(first_ms: int, step_ms: int, points: int) -> array[float]:
 
 
 @functools.lru_cache(maxsize=64)  # a few lengths: the window's sample count, and a few short of it
-def _zeros(points: int) -> array[float]:
+def zeros_of(points: int) -> array[float]:
+    """The shared array of `points` zeros: never write into it."""
     return array("d", bytes(8 * points))
 
 
@@ -97,7 +99,7 @@ class Grid:
 
     def __init__(self, first_ms: int, step_ms: int, count: int) -> None:
         self.first_ms, self.step_ms, self.count = first_ms, step_ms, count
-        self.times = _grid(first_ms, step_ms, count)
+        self.times = grid_times(first_ms, step_ms, count)
         self.starts = [b"[" + timestamp_text(first_ms + k * step_ms) + b',"' for k in range(count)]
         self.first, self.last = self.starts[0], self.starts[-1]
 
@@ -147,7 +149,7 @@ class Grid:
         return self.step_ms / 1000
 
     def zeros(self) -> array[float]:
-        return _zeros(self.count)
+        return zeros_of(self.count)
 
     def __repr__(self) -> str:
         return f"Grid({self.first_ms}, {self.step_ms}, {self.count})"
@@ -167,20 +169,15 @@ def texts(text: bytes) -> list[bytes]:
     return _VALUE.findall(text)
 
 
-def zeros_of(points: int) -> array[float]:
-    """The shared array of `points` zeros: never write into it."""
-    return _zeros(points)
-
-
 def zeros(text: bytes) -> array[float] | None:
     """The values when every one is 0, counted rather than parsed; None when any is not.
 
     Most series of some queries are zero throughout (the clock-event reasons of GPUs that
     are not throttled): two byte counts instead of a float per point, and one array for all
-    of them (`_zeros`): never write into it.
+    of them (`zeros_of`): never write into it.
     """
     points = text.count(b"],[") + 1
-    return _zeros(points) if text.count(b',"0"]') == points else None
+    return zeros_of(points) if text.count(b',"0"]') == points else None
 
 
 def points(text: bytes, step_seconds: float, grid: Grid | None = None) -> Points:
@@ -193,35 +190,30 @@ def times(text: bytes, count: int, step_seconds: float, grid: Grid | None = None
     """The times of a series' `count` points, from its points text.
 
     On the query's `grid` where `Grid.span` finds them there; else the times of its own first to
-    last point where none is missing between (`_grid`, shared too), or else its times as written.
+    last point where none is missing between (`grid_times`, shared too), or else its times as written.
     """
     at = grid.span(text, count) if grid is not None else None
     if grid is not None and at is not None:
-        return grid.times if count == grid.count else _grid(grid.first_ms + at * grid.step_ms, grid.step_ms, count)
-    computed = _grid_times(text, count, step_seconds)
+        return grid.times if count == grid.count else grid_times(grid.first_ms + at * grid.step_ms, grid.step_ms, count)
+    computed = _evenly_spaced_times(text, count, step_seconds)
     return computed if computed is not None else array("d", map(float, _TIME.findall(text)))
 
 
-def grid_times(first_ms: int, step_ms: int, count: int) -> array[float]:
-    """The shared times of `count` steps from `first_ms` (`_grid`): never write into them."""
-    return _grid(first_ms, step_ms, count)
-
-
 def shared(times: array[float], step_ms: int) -> array[float]:
-    """`times`, or the equal shared array (`_grid`) when they are `step_ms` apart from first to last."""
+    """`times`, or the equal shared array (`grid_times`) when they are `step_ms` apart from first to last."""
     count = len(times)
     if count == 0:
         return times
     first, last = round(times[0] * 1000), round(times[-1] * 1000)
-    return _grid(first, step_ms, count) if last - first == (count - 1) * step_ms else times
+    return grid_times(first, step_ms, count) if last - first == (count - 1) * step_ms else times
 
 
 def shared_zeros(values: array[float]) -> bool:
     """Whether `values` is the shared array of zeros of its length (`zeros`)."""
-    return values is _zeros(len(values))
+    return values is zeros_of(len(values))
 
 
-def _grid_times(text: bytes, count: int, step_seconds: float) -> array[float] | None:
+def _evenly_spaced_times(text: bytes, count: int, step_seconds: float) -> array[float] | None:
     """The times of `count` points when none is missing between the first and the last; else None.
 
     A range answer's points lie on the query's grid, `step_seconds` apart: when the first and
@@ -235,7 +227,7 @@ def _grid_times(text: bytes, count: int, step_seconds: float) -> array[float] | 
     last = _milliseconds(text[last_start : text.find(b",", last_start)])
     if first is None or last is None or last - first != (count - 1) * step_ms:
         return None
-    return _grid(first, step_ms, count)
+    return grid_times(first, step_ms, count)
 
 
 @dataclass(frozen=True, slots=True)
