@@ -129,32 +129,28 @@ def job_peer_ratios(series: Mapping[int, Sequence[tuple[float, float]]]) -> dict
     ratio the same division. Anything else (workers sampled at other times, a value that is not
     positive, fewer than three workers) goes through `peer_ratios`.
     """
-    aligned = _aligned(series)
-    if aligned is not None:
-        import numpy as np  # here, not at the top: the sidecar imports this package without numpy
+    times = _common_times(series)
+    steps = _matrix(series) if times is not None else None
+    if times is not None and steps is not None and (steps > 0).all():
+        import numpy as np  # there: `_matrix` found it
 
-        times, rows = aligned
-        steps = np.array([np.frombuffer(values, dtype=np.float64) for values in rows.values()])
-        if (steps > 0).all():
-            ordered, half = np.sort(steps, axis=0), len(rows) // 2
-            middle = ordered[half] if len(rows) % 2 else (ordered[half - 1] + ordered[half]) / 2
-            ratios = steps / middle
-            return {worker: Points(times, array("d", ratios[i].tobytes())) for i, worker in enumerate(rows)}
+        ordered, half = np.sort(steps, axis=0), len(series) // 2
+        middle = ordered[half] if len(series) % 2 else (ordered[half - 1] + ordered[half]) / 2
+        ratios = steps / middle
+        return {worker: Points(times, array("d", ratios[i].tobytes())) for i, worker in enumerate(series)}
     return dict(peer_ratios((t, worker, seconds) for worker, points in series.items() for t, seconds in points))
 
 
-def _aligned(
-    series: Mapping[int, Sequence[tuple[float, float]]],
-) -> tuple[array[float], dict[int, array[float]]] | None:
-    """The workers' common times and each one's values, when there are 3 or more workers and all
-    are `Points` at the same times; None otherwise."""
+def _common_times(series: Mapping[int, Sequence[tuple[float, float]]]) -> array[float] | None:
+    """The workers' common times, when there are 3 or more workers and all are `Points` at the
+    same times; None otherwise."""
     if len(series) < 3 or not all(isinstance(points, Points) for points in series.values()):
         return None
     columns = [points for points in series.values() if isinstance(points, Points)]
     times = columns[0].times
     if not times or any(p.times is not times and p.times != times for p in columns):
         return None
-    return times, {worker: points.values for worker, points in series.items() if isinstance(points, Points)}
+    return times
 
 
 @overload
@@ -416,8 +412,8 @@ def _followed(ratios: PeerRatios, policy: StragglerPolicy, skip_ahead: bool) -> 
 
 
 def _matrix(ratios: PeerRatios) -> NDArray[np.float64] | None:
-    """The workers' ratios as the rows of a matrix, when all are `Points` of as many samples and
-    numpy is there; None otherwise."""
+    """The workers' values (ratios, or step times for `job_peer_ratios`) as the rows of a matrix,
+    read-only, when all are `Points` of as many samples and numpy is there; None otherwise."""
     columns = [series.values for series in ratios.values() if isinstance(series, Points)]
     if not columns or len(columns) < len(ratios) or len({len(values) for values in columns}) > 1:
         return None
