@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from gpuwise.api.trainingjob import TrainingJobSpec
 from tests.integration.conftest import Cluster, Operator
 from tests.integration.test_operator import TJ_API, job_of, manifest, play_kubelet
 from tests.support.prometheus import AVAILABLE, Prometheus
@@ -103,9 +102,11 @@ async def test_jobs_in_one_cycle_share_one_read(prometheus: Prometheus) -> None:
     evaluator = Evaluator(Source(prometheus.url), cycle_seconds=60, step_seconds=1)
     body = manifest()
     body["metadata"]["creationTimestamp"] = "2026-11-22T00:00:00Z"
-    spec = TrainingJobSpec.model_validate(body["spec"])
     for name in ("bert", "gpt", "vit"):
-        await evaluator.evaluate({**body, "metadata": {**body["metadata"], "name": name}}, spec)
+        job = {**body, "metadata": {**body["metadata"], "name": name}}
+        settings = evaluator.job_settings(job)
+        assert settings is not None
+        await evaluator.evaluate(job, settings)
     assert evaluator.fetches == 1
 
 
@@ -125,8 +126,14 @@ async def test_each_distinct_window_length_costs_one_read(prometheus: Prometheus
     body = manifest()
     body["metadata"]["creationTimestamp"] = "2026-11-22T00:00:00Z"
     for name, window in (("bert", "8s"), ("gpt", "8s"), ("vit", "10s"), ("t5", "8s")):
-        spec = TrainingJobSpec.model_validate({**body["spec"], "efficiency": {"window": window}})
-        await evaluator.evaluate({**body, "metadata": {**body["metadata"], "name": name}}, spec)
+        job = {
+            **body,
+            "metadata": {**body["metadata"], "name": name},
+            "spec": {**body["spec"], "efficiency": {"window": window}},
+        }
+        settings = evaluator.job_settings(job)
+        assert settings is not None
+        await evaluator.evaluate(job, settings)
     # Instant queries aggregate over the window itself: one round of queries per window length in use.
     assert evaluator.fetches == 2
     assert len(requests) == 2 * query_count() == 38

@@ -9,20 +9,21 @@ import pytest
 
 from gpuwise.act.overrides import annotation_patch
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import TrainingJobSpec
 from gpuwise.diagnose.window import JobWindow
-from gpuwise.operator.evaluate import cpu_cores, efficiency_status, job_facts, worth_writing
+from gpuwise.operator.evaluate import efficiency_status, job_facts, worth_writing
+from gpuwise.operator.job_settings import JobSettings, cpu_cores, job_settings
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
-def spec(mode: str = "Recommend") -> TrainingJobSpec:
-    return TrainingJobSpec.model_validate(
-        {
-            "trainer": {"image": "x", "resourcesPerNode": {"limits": {"cpu": "2500m"}}},
-            "efficiency": {"mode": mode, "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}}},
-        }
-    )
+def spec(mode: str = "Recommend") -> JobSettings:
+    raw = {
+        "trainer": {"image": "x", "resourcesPerNode": {"limits": {"cpu": "2500m"}}},
+        "efficiency": {"mode": mode, "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}}},
+    }
+    settings = job_settings({"metadata": {"name": "train"}, "spec": raw})
+    assert settings is not None
+    return settings
 
 
 def input_bound(**overrides: Any) -> JobWindow:
@@ -49,23 +50,25 @@ def test_job_facts_from_status_and_limits() -> None:
 
 
 def test_job_facts_read_the_accumulation_the_job_runs_with_and_its_processes() -> None:
-    def accumulating(env: list[dict[str, Any]], procs: int = 1) -> TrainingJobSpec:
-        tunables = {"gradientAccumulationSteps": {"env": "ACCUM", "min": 1, "max": 64}}
+    def accumulating(env: list[dict[str, Any]], procs: int = 1, declared: bool = True, **extra: Any) -> JobSettings:
+        tunables = {"gradientAccumulationSteps": {"env": "ACCUM", "min": 1, "max": 64}} if declared else {}
         trainer = {"image": "x", "numProcPerNode": procs, "env": env}
-        return TrainingJobSpec.model_validate({"trainer": trainer, "efficiency": {"tunables": tunables}})
+        meta = {"name": "train", "creationTimestamp": "2026-11-22T11:00:00Z", **extra}
+        settings = job_settings({"metadata": meta, "spec": {"trainer": trainer, "efficiency": {"tunables": tunables}}})
+        assert settings is not None
+        return settings
 
     body: dict[str, Any] = {"metadata": {"creationTimestamp": "2026-11-22T11:00:00Z"}}
     facts = job_facts(body, accumulating([{"name": "ACCUM", "value": "8"}], procs=8), NOW)
     assert (facts.gradient_accumulation_steps, facts.processes_per_node) == (8, 8)
     # What an action set wins over the spec: the job runs with it.
-    overridden = {**body, **annotation_patch(JobOverrides(env={"ACCUM": "2"}))}
-    assert job_facts(overridden, accumulating([{"name": "ACCUM", "value": "8"}]), NOW).gradient_accumulation_steps == 2
+    overridden = annotation_patch(JobOverrides(env={"ACCUM": "2"}))["metadata"]
+    assert accumulating([{"name": "ACCUM", "value": "8"}], **overridden).gradient_accumulation_steps == 2
     # Not set, not a plain number, or not declared: unknown, never a guessed 1.
-    assert job_facts(body, accumulating([]), NOW).gradient_accumulation_steps is None
+    assert accumulating([]).gradient_accumulation_steps is None
     from_secret = [{"name": "ACCUM", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
-    assert job_facts(body, accumulating(from_secret), NOW).gradient_accumulation_steps is None
-    undeclared = spec().model_copy(update={"trainer": accumulating([{"name": "ACCUM", "value": "8"}]).trainer})
-    assert job_facts(body, undeclared, NOW).gradient_accumulation_steps is None
+    assert accumulating(from_secret).gradient_accumulation_steps is None
+    assert accumulating([{"name": "ACCUM", "value": "8"}], declared=False).gradient_accumulation_steps is None
 
 
 def test_a_straggler_keeps_its_finding_from_the_stored_status() -> None:

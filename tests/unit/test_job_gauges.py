@@ -13,10 +13,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwise.api.trainingjob import TrainingJobSpec
 from gpuwise.diagnose.window import JobWindow
 from gpuwise.metrics import catalog
 from gpuwise.operator.evaluate import Evaluator, efficiency_status, publish_efficiency
+from gpuwise.operator.job_settings import JobSettings, job_settings
 from gpuwise.operator.metrics import JOBS, JobGauges
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -51,13 +51,17 @@ def gauges() -> tuple[JobGauges, CollectorRegistry, Clock]:
     return jobs, registry, clock
 
 
-def spec(mode: str = "Recommend") -> TrainingJobSpec:
-    return TrainingJobSpec.model_validate(
-        {
-            "trainer": {"image": "x", "resourcesPerNode": {"limits": {"cpu": "2500m"}}},
-            "efficiency": {"mode": mode, "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}}},
-        }
-    )
+def raw_spec(mode: str = "Recommend") -> dict[str, Any]:
+    return {
+        "trainer": {"image": "x", "resourcesPerNode": {"limits": {"cpu": "2500m"}}},
+        "efficiency": {"mode": mode, "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}}},
+    }
+
+
+def spec(mode: str = "Recommend") -> JobSettings:
+    settings = job_settings({"metadata": {"name": "train"}, "spec": raw_spec(mode)})
+    assert settings is not None
+    return settings
 
 
 def window(**overrides: Any) -> JobWindow:
@@ -151,7 +155,7 @@ class FixedEvaluator(Evaluator):
         super().__init__(source=None, cycle_seconds=30)  # type: ignore[arg-type]
         self.status = status
 
-    async def evaluate(self, body: Any, spec: TrainingJobSpec) -> dict[str, Any]:
+    async def evaluate(self, body: Any, settings: JobSettings) -> dict[str, Any]:
         return self.status
 
 
@@ -160,7 +164,7 @@ def body(phase: str, status: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "gpuwise.io/v1alpha1",
         "kind": "TrainingJob",
         "metadata": {"namespace": "team", "name": "hooked", "uid": "u1"},
-        "spec": spec().model_dump(mode="json", by_alias=True, exclude_none=True),
+        "spec": raw_spec(),
         "status": {**status, "phase": phase},
     }
 

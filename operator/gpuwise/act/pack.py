@@ -39,7 +39,7 @@ from gpuwise.decide.packing.policies import Context
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
 from gpuwise.diagnose.rules import GPU_SHARE_CHANGE, MIG_PROFILE_CHANGE, SHARE_CHANGE, TIME_SLICING
-from gpuwise.operator.evaluate import cpu_cores
+from gpuwise.operator.job_settings import cpu_cores
 from gpuwise.operator.kube import Kube
 
 JsonDict = dict[str, Any]

@@ -117,17 +117,21 @@ class Runner:
     ) -> None:
         """One cycle for one TrainingJob; `fleet` is every TrainingJob (for budgets)."""
         meta = body["metadata"]
-        spec, problem = parse_spec(body)
-        if spec is None or problem is not None or meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp"):
             return
         records = self.records(meta["namespace"], meta["name"], body)
         in_flight = bool(records) and not is_final(records[-1])
+        if not (in_flight or recommendations):
+            return  # most jobs most cycles: nothing to advance, nothing to start
+        spec, problem = parse_spec(body)
+        if spec is None or problem is not None:
+            return
         starting = (
             spec.efficiency.mode is EfficiencyMode.ENFORCE
             and (body.get("status") or {}).get("phase") == Phase.RUNNING.value
         )
         if not (in_flight or starting):
-            return  # most jobs most cycles: nothing to advance, nothing to start
+            return
         try:
             overrides = job_overrides.wanted(body)
         except job_overrides.OverridesError:

@@ -31,36 +31,20 @@ from typing import TYPE_CHECKING, Any, Final
 import kopf
 from pydantic import ValidationError
 
-from gpuwise.act import overrides as job_overrides
-from gpuwise.act.adjust_config import current_env
-from gpuwise.act.machine import JobView
-from gpuwise.api.base import parse_duration
-from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase, TrainingJobSpec
+from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase
 from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import JobWindow, Sustain
+from gpuwise.operator.job_settings import JobSettings, JobSettingsCache
 from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS
 from gpuwise.operator.reconcile import Context as ReconcileContext
-from gpuwise.operator.reconcile import as_body, parse_spec, specs_remembered
+from gpuwise.operator.reconcile import as_body
 
 if TYPE_CHECKING:  # the runner imports from the operator package: only its type is needed here
     from gpuwise.act.runner import Runner
 
 JsonDict = dict[str, Any]
-_CPU_UNITS = {"m": 0.001, "": 1.0, "k": 1000.0}
-
-
-def cpu_cores(quantity: int | str | None) -> float | None:
-    """Cores in a CPU quantity ("16", "500m", 4); None when unset or not a plain CPU amount."""
-    if quantity is None:
-        return None
-    text = str(quantity)
-    number, unit = (text[:-1], text[-1]) if text[-1:].isalpha() else (text, "")
-    try:
-        return float(number) * _CPU_UNITS[unit]
-    except (ValueError, KeyError):
-        return None
 
 
 @functools.lru_cache(maxsize=4)  # one `now` for most of a cycle's jobs: a strftime each was 2 % of the cycle
@@ -72,38 +56,15 @@ def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
-def gradient_accumulation_steps(body: Mapping[str, Any], spec: TrainingJobSpec) -> int | None:
-    """The accumulation the job runs with: the value of its declared tunable's variable.
-
-    No metric reports it, so it is read where gpuwise sets it: the trainer's env with gpuwise's
-    overrides on top (`current_env`, what AdjustConfig reads too). None when the tunable is not
-    declared or its variable is not a plain whole number there: the trainer's own default is
-    unknown, and guessing 1 would change the global batch of a job that asked to keep it.
-    """
-    tunable = spec.efficiency.tunables.gradient_accumulation_steps
-    if tunable is None:
-        return None
-    try:
-        overrides = job_overrides.wanted(body)
-    except job_overrides.OverridesError:
-        overrides = job_overrides.NONE
-    meta = body.get("metadata", {})
-    view = JobView(meta.get("namespace", ""), meta.get("name", ""), body, spec, overrides)
-    value = current_env(view).get(tunable.env, "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
-
-
-def job_facts(body: Mapping[str, Any], spec: TrainingJobSpec, now: datetime) -> prometheus.JobFacts:
+def job_facts(body: Mapping[str, Any], settings: JobSettings, now: datetime) -> prometheus.JobFacts:
     started = _parse_time((body.get("status") or {}).get("startTime")) or _parse_time(
         body.get("metadata", {}).get("creationTimestamp")
     )
-    limits = spec.trainer.resources_per_node.limits or {}
-    requests = spec.trainer.resources_per_node.requests or {}
     return prometheus.JobFacts(
         age_seconds=(now - started).total_seconds() if started else 0.0,
-        cpu_cores=cpu_cores(limits.get("cpu", requests.get("cpu"))),
-        processes_per_node=spec.trainer.num_proc_per_node,
-        gradient_accumulation_steps=gradient_accumulation_steps(body, spec),
+        cpu_cores=settings.cpu_cores,
+        processes_per_node=settings.processes_per_node,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
     )
 
 
@@ -115,15 +76,15 @@ def _thresholds(gpu_utilization: float) -> DiagnosisThresholds:
     return DiagnosisThresholds(gpu_utilization=gpu_utilization)
 
 
-def efficiency_status(spec: TrainingJobSpec, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> JsonDict:
+def efficiency_status(settings: JobSettings, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> JsonDict:
     """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
     old_findings = {finding.kind: finding for finding in _findings(previous)}
     diagnoses = []
-    if spec.efficiency.mode is not EfficiencyMode.OBSERVE:
+    if settings.mode is not EfficiencyMode.OBSERVE:
         context = Context(
             window=window,
-            tunables=spec.efficiency.tunables,
-            thresholds=_thresholds(spec.efficiency.thresholds.gpu_utilization),
+            tunables=settings.tunables(),
+            thresholds=_thresholds(settings.utilization_threshold),
             sustain=SUSTAIN,
             now=now,
             active=frozenset(old_findings),
@@ -221,6 +182,8 @@ class Evaluator:
         self._snapshots: dict[tuple[float, float], prometheus.Snapshot] = {}
         self._locks: collections.defaultdict[tuple[float, float], asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.fetches = 0
+        self.settings = JobSettingsCache()
+        self._settings_turned = clock()
 
     async def snapshot(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot:
         key = (window_seconds, step_seconds)
@@ -243,12 +206,23 @@ class Evaluator:
             self._snapshots[key] = fresh
             return fresh
 
-    async def evaluate(self, body: Mapping[str, Any], spec: TrainingJobSpec) -> JsonDict:
+    def job_settings(self, body: Mapping[str, Any]) -> JobSettings | None:
+        """The job's `JobSettings` (None: its spec is invalid), validated again only when they may have changed.
+
+        Every two cycles the settings not asked for since the previous turn go: each running
+        job's timer asks every cycle, so those are the jobs that stopped running or were deleted.
+        """
+        if self.clock() - self._settings_turned >= 2 * self.cycle_seconds:
+            self.settings.turn()
+            self._settings_turned = self.clock()
+        return self.settings.settings(body)
+
+    async def evaluate(self, body: Mapping[str, Any], settings: JobSettings) -> JsonDict:
         meta = body["metadata"]
         now = datetime.fromtimestamp(int(self.clock()), tz=UTC)
-        snapshot = await self.snapshot(parse_duration(spec.efficiency.window), self.step_seconds)
-        window = snapshot.window((meta["namespace"], meta["name"]), job_facts(body, spec, now))
-        status = efficiency_status(spec, window, body.get("status") or {}, now)
+        snapshot = await self.snapshot(settings.window_seconds, self.step_seconds)
+        window = snapshot.window((meta["namespace"], meta["name"]), job_facts(body, settings, now))
+        status = efficiency_status(settings, window, body.get("status") or {}, now)
         status["efficiency"]["updatedAt"] = _stamp(now)
         return status
 
@@ -264,16 +238,16 @@ async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, l
     if status.get("phase") != Phase.RUNNING.value:
         JOBS.forget(meta["namespace"], meta["name"])  # its gpuwise_job_* series go with it
         return None
-    spec, problem = parse_spec(body)
-    if spec is None or problem is not None:
-        return None
+    settings = evaluator.job_settings(body)
+    if settings is None:
+        return None  # the reconciler reports what is wrong with the spec
     try:
-        new = await evaluator.evaluate(body, spec)
+        new = await evaluator.evaluate(body, settings)
     except prometheus.PrometheusError as exc:
         logger.warning("cannot evaluate efficiency: %s", exc)
         return None
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
-    threshold = spec.efficiency.thresholds.gpu_utilization
+    threshold = settings.utilization_threshold
     JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds, threshold=threshold)
     if not worth_writing(new, status, datetime.fromtimestamp(evaluator.clock(), tz=UTC), evaluator.refresh_seconds):
         return new
@@ -307,11 +281,14 @@ async def evaluate_job(
     # and nothing in evaluating or acting writes into a body.
     raw = dict(body)
     meta = raw["metadata"]
-    with specs_remembered():
-        evaluated = await publish_efficiency(raw, evaluator, context.kube, logger)
-        async with context.lock(meta["namespace"], meta["name"]):
-            recommendations = (evaluated or {}).get("recommendations") or []
-            try:
-                await runner.run(raw, list(pods), fleet, recommendations)
-            except prometheus.PrometheusError as exc:  # the action waits where it is; the next cycle retries
-                logger.warning("cannot advance actions: %s", exc)
+    evaluated = await publish_efficiency(raw, evaluator, context.kube, logger)
+    settings = evaluator.job_settings(raw)  # what publishing read: no second validation
+    enforced = evaluated is not None and settings is not None and settings.mode is EfficiencyMode.ENFORCE
+    async with context.lock(meta["namespace"], meta["name"]):
+        # Only an Enforce job's recommendations are for acting on; the runner still advances
+        # any job's action in flight (one started before its mode changed goes to its end).
+        recommendations = (evaluated or {}).get("recommendations") or [] if enforced else []
+        try:
+            await runner.run(raw, list(pods), fleet, recommendations)
+        except prometheus.PrometheusError as exc:  # the action waits where it is; the next cycle retries
+            logger.warning("cannot advance actions: %s", exc)

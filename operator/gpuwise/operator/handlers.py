@@ -26,7 +26,7 @@ from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
 from gpuwise.diagnose.prometheus import Prometheus
 from gpuwise.operator.config import OperatorSettings
-from gpuwise.operator.evaluate import evaluate_job
+from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.inject import inject_sidecar
 from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS
@@ -152,6 +152,9 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
         if "runner" in memo:
             runner: Runner = memo["runner"]
             runner.forget(namespace or "", name)
+        if "evaluator" in memo:
+            evaluator: Evaluator = memo["evaluator"]
+            evaluator.settings.forget(namespace or "", name)
         JOBS.forget(namespace or "", name)  # its gpuwise_job_* series go now, not at their expiry
 
     if settings.prometheus_url:

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import re
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -70,38 +68,9 @@ def _describe(exc: ValidationError) -> str:
 SpecResult = tuple[TrainingJobSpec | None, observed.SpecProblem | None]
 
 
-# Within `specs_remembered()`: each spec object's result, by the object's id (the object is held).
-_remembered: ContextVar[dict[int, tuple[object, str, SpecResult]] | None] = ContextVar("_remembered", default=None)
-
-
-@contextlib.contextmanager
-def specs_remembered() -> Iterator[None]:
-    """Inside, `parse_spec` validates each spec object once.
-
-    One evaluation of a job validates its spec twice from the same body (to publish, then to act),
-    and nothing changes a body in the meantime. Keeping every job's parsed spec across cycles would
-    save more CPU, but costs 12 KiB and 51 objects for the garbage collector per job.
-    """
-    token = _remembered.set({})
-    try:
-        yield
-    finally:
-        _remembered.reset(token)
-
-
-def parse_spec(body: JsonDict) -> SpecResult:
+def parse_spec(body: Mapping[str, Any]) -> SpecResult:
     """The validated spec, or the problem that names the field and what is wrong with it."""
-    raw = body.get("spec") or {}
-    name = body.get("metadata", {}).get("name", "")
-    remembered = _remembered.get()
-    if remembered is None:
-        return _validated(name, raw)
-    seen = remembered.get(id(raw))
-    if seen is not None and seen[0] is raw and seen[1] == name:
-        return seen[2]
-    result = _validated(name, raw)
-    remembered[id(raw)] = (raw, name, result)
-    return result
+    return _validated(body.get("metadata", {}).get("name", ""), body.get("spec") or {})
 
 
 def _validated(name: str, raw: Any) -> SpecResult:

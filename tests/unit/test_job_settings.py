@@ -1,0 +1,72 @@
+"""`JobSettingsCache`: a job's settings validated once while its spec and overrides stay the same."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpuwise.act.overrides import annotation_patch
+from gpuwise.api.overrides import JobOverrides
+from gpuwise.api.trainingjob import EfficiencyMode
+from gpuwise.operator.job_settings import JobSettingsCache
+
+
+def body(name: str = "train", num_nodes: Any = 1, accumulation: str = "4") -> dict[str, Any]:
+    trainer = {"image": "x", "numNodes": num_nodes, "env": [{"name": "ACCUM", "value": accumulation}]}
+    efficiency = {
+        "mode": "Enforce",
+        "window": "10m",
+        "tunables": {"gradientAccumulationSteps": {"env": "ACCUM", "max": 8}},
+    }
+    return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"trainer": trainer, "efficiency": efficiency}}
+
+
+def test_settings_come_from_the_validated_spec_and_the_overrides() -> None:
+    cache = JobSettingsCache()
+    settings = cache.settings(body())
+    assert settings is not None
+    assert (settings.mode, settings.window_seconds, settings.gradient_accumulation_steps) == (
+        EfficiencyMode.ENFORCE, 600.0, 4
+    )  # fmt: skip
+    tunable = settings.tunables().gradient_accumulation_steps
+    assert tunable is not None and tunable.env == "ACCUM"
+    overridden = body()
+    overridden["metadata"].update(annotation_patch(JobOverrides(env={"ACCUM": "2"}))["metadata"])
+    later = cache.settings(overridden)
+    assert later is not None and later.gradient_accumulation_steps == 2, "new overrides: read again"
+    assert cache.validations == 2
+
+
+def test_an_equal_spec_is_not_validated_again_and_its_new_object_is_kept() -> None:
+    cache = JobSettingsCache()
+    first, again = body(), body()  # equal specs, two objects: a watch event's new body
+    settings = cache.settings(first)
+    assert cache.settings(again) is settings
+    assert cache.settings(dict(again)) is settings
+    assert cache.validations == 1
+    del first  # the cache holds `again`'s spec now: changing it in place would go unseen
+    changed = copy.deepcopy(again)
+    changed["spec"]["efficiency"]["window"] = "20m"
+    moved = cache.settings(changed)
+    assert moved is not None and moved.window_seconds == 1200.0 and cache.validations == 2
+
+
+def test_an_invalid_spec_or_name_has_no_settings_until_it_is_fixed() -> None:
+    cache = JobSettingsCache()
+    assert cache.settings(body(num_nodes=0)) is None
+    assert cache.settings(body(num_nodes=0)) is None and cache.validations == 1, "remembered as invalid"
+    assert cache.settings(body()) is not None and cache.validations == 2
+    assert cache.settings(body(name="Not_A_Label")) is None, "the name is validated too"
+
+
+def test_jobs_not_asked_for_between_two_turns_are_dropped() -> None:
+    cache = JobSettingsCache()
+    cache.settings(body("a"))
+    cache.settings(body("b"))
+    cache.turn()
+    cache.settings(body("a"))  # asked for again: kept, without a validation
+    assert len(cache) == 2 and cache.validations == 2
+    cache.turn()
+    assert len(cache) == 1, "b was not asked for since the turn before"
+    cache.forget("ml", "a")
+    assert len(cache) == 0
