@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from gpuwise.act.overrides import annotation_patch
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import EfficiencyMode
+from gpuwise.operator import job_settings
 from gpuwise.operator.job_settings import JobSettingsCache
 
 
@@ -70,3 +73,24 @@ def test_jobs_not_asked_for_between_two_turns_are_dropped() -> None:
     assert len(cache) == 1, "b was not asked for since the turn before"
     cache.forget("ml", "a")
     assert len(cache) == 0
+
+
+def test_jobs_declaring_the_same_tunables_share_one_validated_copy() -> None:
+    cache = JobSettingsCache()
+    a, b = cache.settings(body("a")), cache.settings(body("b"))
+    assert a is not None and b is not None and a.tunables() is b.tunables()
+    other = body("c")
+    other["spec"]["efficiency"]["tunables"]["gradientAccumulationSteps"]["max"] = 8.0  # another type: not the same
+    c = cache.settings(other)
+    assert c is not None and c.tunables() is not a.tunables() and c.tunables() == a.tunables()
+
+
+def test_past_the_shared_limit_tunables_are_validated_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(job_settings, "SHARED_TUNABLES", 1)
+    cache = JobSettingsCache()
+    cache.settings(body("a"))
+    other = body("b")
+    other["spec"]["efficiency"]["tunables"]["keepGlobalBatchSize"] = True
+    settings = cache.settings(other)
+    assert settings is not None and settings.shared_tunables is None
+    assert settings.tunables().keep_global_batch_size is True

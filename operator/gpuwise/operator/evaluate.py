@@ -187,6 +187,9 @@ class Evaluator:
 
     async def snapshot(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot:
         key = (window_seconds, step_seconds)
+        current = self._snapshots.get(key)
+        if current is not None and self.clock() - current.now < self.cycle_seconds:
+            return current  # most jobs of a cycle: its read is done
         async with self._locks[key]:
             now, previous = self.clock(), self._snapshots.get(key)
             if previous is not None and now - previous.now < self.cycle_seconds:
