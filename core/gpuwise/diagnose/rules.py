@@ -27,6 +27,7 @@ from gpuwise.diagnose.straggler import (
     recovered,
     steadily_slow,
     still_slow,
+    worker_matrix,
 )
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds, step_values
 
@@ -405,13 +406,17 @@ def steps_alike(series: Mapping[int, Sequence[tuple[float, float]]], spread: flo
     SlowWorker limit and √min_slowdown, neither rule can find anything, and the per-sample
     work (peer medians, baselines) is skipped for the many jobs whose workers keep in step.
     """
-    import numpy as np  # here, not at the top: the sidecar image imports this module and has no numpy
+    steps = worker_matrix(series)  # workers on one grid, as a snapshot's are: one matrix, no copy per worker
+    if steps is None:
+        import numpy as np  # here, not at the top: the sidecar image imports this module and has no numpy
 
-    columns = [np.asarray(step_values(points), dtype=np.float64) for points in series.values()]
-    if not columns or not all(column.size for column in columns):
+        columns = [np.asarray(step_values(points), dtype=np.float64) for points in series.values()]
+        if not columns or not all(column.size for column in columns):
+            return False
+        steps = np.concatenate(columns)
+    elif not steps.size:
         return False
-    steps = np.concatenate(columns)  # min and max in C: Python's would box every sample
-    low, high = float(steps.min()), float(steps.max())
+    low, high = float(steps.min()), float(steps.max())  # in C: Python's would box every sample
     return low > 0 and high < spread * low
 
 

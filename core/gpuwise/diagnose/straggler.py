@@ -130,9 +130,9 @@ def job_peer_ratios(series: Mapping[int, Sequence[tuple[float, float]]]) -> dict
     positive, fewer than three workers) goes through `peer_ratios`.
     """
     times = _common_times(series)
-    steps = _matrix(series) if times is not None else None
+    steps = worker_matrix(series) if times is not None else None
     if times is not None and steps is not None and (steps > 0).all():
-        import numpy as np  # there: `_matrix` found it
+        import numpy as np  # there: `worker_matrix` found it
 
         ordered, half = np.sort(steps, axis=0), len(series) // 2
         middle = ordered[half] if len(series) % 2 else (ordered[half - 1] + ordered[half]) / 2
@@ -384,7 +384,7 @@ def _followed(ratios: PeerRatios, policy: StragglerPolicy, skip_ahead: bool) -> 
     them all, not two Python loops that box every sample. A worker with a NaN among its ratios,
     whose Python min() and max() depend on where the NaN lies, is taken alone.
     """
-    matrix = _matrix(ratios) if skip_ahead else None
+    matrix = worker_matrix(ratios) if skip_ahead else None
     if matrix is None:
         followed: list[_Followed] = []
         for worker, series in ratios.items():
@@ -411,9 +411,10 @@ def _followed(ratios: PeerRatios, policy: StragglerPolicy, skip_ahead: bool) -> 
     return followed
 
 
-def _matrix(ratios: PeerRatios) -> NDArray[np.float64] | None:
-    """The workers' values (ratios, or step times for `job_peer_ratios`) as the rows of a matrix,
-    read-only, when all are `Points` of as many samples and numpy is there; None otherwise."""
+def worker_matrix(ratios: PeerRatios) -> NDArray[np.float64] | None:
+    """The workers' values (ratios, or step times for `job_peer_ratios` and `rules.steps_alike`) as
+    the rows of a matrix, read-only, when all are `Points` of as many samples and numpy is there;
+    None otherwise."""
     columns = [series.values for series in ratios.values() if isinstance(series, Points)]
     if not columns or len(columns) < len(ratios) or len({len(values) for values in columns}) > 1:
         return None
