@@ -286,11 +286,16 @@ async def evaluate_job(
     meta = raw["metadata"]
     evaluated = await publish_efficiency(raw, evaluator, context.kube, logger)
     settings = evaluator.job_settings(raw)  # what publishing read: no second validation
-    enforced = evaluated is not None and settings is not None and settings.mode is EfficiencyMode.ENFORCE
     async with context.lock(meta["namespace"], meta["name"]):
-        # Only an Enforce job's recommendations are for acting on; the runner still advances
-        # any job's action in flight (one started before its mode changed goes to its end).
-        recommendations = (evaluated or {}).get("recommendations") or [] if enforced else []
+        # Only an Enforce job's recommendations of the actions it allows are for acting on; the
+        # runner still advances any job's action in flight (one started before its mode changed).
+        recommendations = [
+            recommendation
+            for recommendation in (evaluated or {}).get("recommendations") or []
+            if settings is not None
+            and settings.mode is EfficiencyMode.ENFORCE
+            and recommendation["action"] in settings.actions
+        ]
         try:
             await runner.run(raw, list(pods), fleet, recommendations)
         except prometheus.PrometheusError as exc:  # the action waits where it is; the next cycle retries

@@ -68,6 +68,7 @@ class JobSettings:
     """The settings of one TrainingJob that its evaluation reads, from its validated spec."""
 
     mode: EfficiencyMode
+    actions: frozenset[str]  # spec.efficiency.actions: what Enforce may do
     window_seconds: float
     utilization_threshold: float  # spec.efficiency.thresholds.gpuUtilization
     cpu_cores: float | None  # the trainer's CPU limit (or request)
@@ -84,6 +85,7 @@ class JobSettings:
         efficiency = (body.get("spec") or {}).get("efficiency") or {}
         return cls(
             mode=spec.efficiency.mode,
+            actions=frozenset(action.value for action in spec.efficiency.actions),
             window_seconds=parse_duration(spec.efficiency.window),
             utilization_threshold=spec.efficiency.thresholds.gpu_utilization,
             cpu_cores=cpu_cores(limits.get("cpu", requests.get("cpu"))),
