@@ -182,6 +182,12 @@ def test_rounds_joined_to_the_previous_hold_what_a_full_read_does(before: str) -
     full = fetch(before, END)
     assert same(flat(snapshot), flat(full)) and order(snapshot) == order(full)
     assert snapshot.facts == full.facts
+    # Each job's smallest and largest step time, taken as read, are its workers' own.
+    assert snapshot.worker_step_extremes == full.worker_step_extremes
+    assert set(full.worker_step_extremes) == set(full.worker_steps)
+    for key, (low, high) in full.worker_step_extremes.items():
+        steps = [value for points in full.worker_steps[key].values() for _, value in points]
+        assert (low, high) == (min(steps), max(steps)), key
     assert len(flat(full)) == (3 + 2 * 2) * (len(JOBS) - 1), "every job but `new`: 3 series, 2 per worker"
     # Series that started or stopped within the window, joined as they are.
     assert flat(snapshot)["gpu_utilization", (NS, STARTED)][0][0] == END - 150

@@ -11,7 +11,7 @@ import pytest
 
 from gpuwise.api.trainingjob import Finding, Tunables
 from gpuwise.diagnose.rules import STRAGGLERS, Context, DiagnosisThresholds, diagnose, fit_memory, steps_alike
-from gpuwise.diagnose.straggler import episodes_in, peer_ratios, steadily_slow
+from gpuwise.diagnose.straggler import episodes_in, peer_ratios, steadily_slow, step_extremes
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -337,7 +337,9 @@ def test_workers_in_step_are_skipped_only_where_nothing_could_be_found() -> None
                     value = spread
                 points.append((1000.0 + 15 * i, value))
             series[w] = points
-        if steps_alike(series, limit):
+        alike = steps_alike(series, limit)
+        assert steps_alike(series, limit, step_extremes(series)) is alike, "extremes taken as read: the same answer"
+        if alike:
             skipped += 1
             ratios = peer_ratios((t, w, v) for w, points in series.items() for t, v in points)
             assert episodes_in(ratios, STRAGGLERS) == [] and steadily_slow(ratios, limit) == {}

@@ -26,10 +26,10 @@ from gpuwise.diagnose.straggler import (
     job_peer_ratios,
     recovered,
     steadily_slow,
+    step_extremes,
     still_slow,
-    worker_matrix,
 )
-from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds, step_values
+from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 
 # The recommendations' `changes` keys the actions read (gpuwise.act.mig and gpuwise.act.pack
 # import them: one name on both sides). The MIG profile a job fits, e.g. 1g.10gb...
@@ -379,7 +379,8 @@ def straggler(ctx: Context) -> Diagnosis | None:
     if len(series) < 3 or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
         return None
     held = ctx.previous.get("Straggler") if "Straggler" in ctx.active else None
-    if held is None and steps_alike(series, min(math.sqrt(STRAGGLERS.min_slowdown), _slow_worker_limit(ctx))):
+    spread = min(math.sqrt(STRAGGLERS.min_slowdown), _slow_worker_limit(ctx))
+    if held is None and steps_alike(series, spread, ctx.window.worker_step_extremes):
         return None
     ratios = job_peer_ratios(series)
     if not ratios:
@@ -398,25 +399,18 @@ def straggler(ctx: Context) -> Diagnosis | None:
     return slow_worker(ctx, ratios)
 
 
-def steps_alike(series: Mapping[int, Sequence[tuple[float, float]]], spread: float) -> bool:
+def steps_alike(
+    series: Mapping[int, Sequence[tuple[float, float]]], spread: float, extremes: tuple[float, float] | None = None
+) -> bool:
     """Whether every step time in the window is within `spread` of every other.
 
     Then every peer ratio lies within [1/spread, spread]: no worker's median reaches `spread`,
     and no ratio is `spread`² times a baseline made of other ratios. With `spread` at most the
     SlowWorker limit and √min_slowdown, neither rule can find anything, and the per-sample
     work (peer medians, baselines) is skipped for the many jobs whose workers keep in step.
+    `extremes`: the series' `step_extremes`, where the caller has them already.
     """
-    steps = worker_matrix(series)  # workers on one grid, as a snapshot's are: one matrix, no copy per worker
-    if steps is None:
-        import numpy as np  # here, not at the top: the sidecar image imports this module and has no numpy
-
-        columns = [np.asarray(step_values(points), dtype=np.float64) for points in series.values()]
-        if not columns or not all(column.size for column in columns):
-            return False
-        steps = np.concatenate(columns)
-    elif not steps.size:
-        return False
-    low, high = float(steps.min()), float(steps.max())  # in C: Python's would box every sample
+    low, high = extremes or step_extremes(series) or (math.nan, math.nan)
     return low > 0 and high < spread * low
 
 

@@ -412,7 +412,7 @@ def _followed(ratios: PeerRatios, policy: StragglerPolicy, skip_ahead: bool) -> 
 
 
 def worker_matrix(ratios: PeerRatios) -> NDArray[np.float64] | None:
-    """The workers' values (ratios, or step times for `job_peer_ratios` and `rules.steps_alike`) as
+    """The workers' values (ratios, or step times for `job_peer_ratios` and `step_extremes`) as
     the rows of a matrix, read-only, when all are `Points` of as many samples and numpy is there;
     None otherwise."""
     columns = [series.values for series in ratios.values() if isinstance(series, Points)]
@@ -423,6 +423,26 @@ def worker_matrix(ratios: PeerRatios) -> NDArray[np.float64] | None:
     except ImportError:  # the sidecar's image has no numpy
         return None
     return np.frombuffer(b"".join(columns), dtype=np.float64).reshape(len(columns), len(columns[0]))
+
+
+def step_extremes(series: Mapping[int, Sequence[tuple[float, float]]]) -> tuple[float, float] | None:
+    """The smallest and the largest step time of all the workers (NaN if one is); None if a worker
+    has none, or there are no workers.
+
+    Taken in C: Python's min() and max() would box every sample. Workers on one grid, as a
+    snapshot's are, make one matrix (`worker_matrix`) with no copy per worker.
+    """
+    import numpy as np  # here, not at the top: the sidecar image imports this module and has no numpy
+
+    steps = worker_matrix(series)
+    if steps is None:
+        columns = [np.asarray(step_values(points), dtype=np.float64) for points in series.values()]
+        if not columns or not all(column.size for column in columns):
+            return None
+        steps = np.concatenate(columns)
+    elif not steps.size:
+        return None
+    return float(steps.min()), float(steps.max())
 
 
 def _skippable(values: Sequence[float], lowest: float, policy: StragglerPolicy) -> NDArray[np.float64] | None:

@@ -125,6 +125,9 @@ class JobWindow:
     memory_by_batch: Sequence[tuple[int, float]] = field(default_factory=tuple)
     # Per worker index: (unix time, mean step seconds) samples, for stragglers.
     worker_step_seconds: Mapping[int, Sequence[tuple[float, float]]] = field(default_factory=dict)
+    # Their smallest and largest (`straggler.step_extremes`) where the reader took them as it read
+    # the series, still in the CPU's cache; None: the rules take them when they need them.
+    worker_step_extremes: tuple[float, float] | None = None
     # Per worker index, per sample: the CLOCK_SLOWDOWNS bits set on its most throttled GPU (0: none).
     clock_slowdowns: Mapping[int, Sequence[float]] = field(default_factory=dict)
     # Mean PCIe traffic per GPU over the window, bytes/s (TX: sent by the GPU, RX: received).
