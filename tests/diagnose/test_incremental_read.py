@@ -257,5 +257,5 @@ def test_label_sets_are_decoded_once_and_each_job_is_one_tuple(before: str) -> N
     keys = {key: key for key in first.jobs()}
     again = fetch(before, END + 30, first)
     assert again.label_sets is table and len(table) == decoded, "nothing new to decode"
-    by_job = (*again.series.values(), *again.facts.values(), again.worker_steps, again.clock_slowdowns)
+    by_job = (*again.series.values(), again.facts, again.worker_steps, again.clock_slowdowns)
     assert all(key is keys[key] for mapping in by_job for key in mapping), "one tuple per job, round after round"

@@ -89,6 +89,10 @@ def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> N
     assert len(one.requests) == len(many.requests) == source.query_count() == 19
 
 
+def test_each_instant_query_fills_one_field_of_a_jobs_record() -> None:
+    assert list(source.instant_queries("15m")) == list(source.Reported._fields)
+
+
 def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> None:
     windows, _ = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600, cpu_cores=8)})
     tunables = Tunables.model_validate({"dataLoaderWorkers": {"env": "NUM_WORKERS", "min": 1, "max": 16}})
