@@ -1,4 +1,4 @@
-"""`JobSettingsCache`: a job's settings validated once while its spec and overrides stay the same."""
+"""`JobSettingsCache`: a job's settings validated once while its generation and overrides stay the same."""
 
 from __future__ import annotations
 
@@ -14,22 +14,30 @@ from gpuwise.operator import job_settings
 from gpuwise.operator.job_settings import JobSettingsCache
 
 
-def body(name: str = "train", num_nodes: Any = 1, accumulation: str = "4") -> dict[str, Any]:
-    trainer = {"image": "x", "numNodes": num_nodes, "env": [{"name": "ACCUM", "value": accumulation}]}
-    efficiency = {
-        "mode": "Enforce",
-        "window": "10m",
-        "tunables": {"gradientAccumulationSteps": {"env": "ACCUM", "max": 8}},
-    }
-    return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"trainer": trainer, "efficiency": efficiency}}
+def body(
+    name: str = "train", num_nodes: Any = 1, accumulation: str = "4", generation: int | None = 1
+) -> dict[str, Any]:
+    trainer = {"image": "x", "numNodes": num_nodes, "env": [{"name": "ACCUM", "value": "4"}]}
+    tunables = {"gradientAccumulationSteps": {"env": "ACCUM", "max": 8}}
+    efficiency = {"mode": "Enforce", "window": "10m", "tunables": tunables, "actions": ["AdjustConfig"]}
+    meta = {"name": name, "namespace": "ml", "uid": f"uid-{name}", "generation": generation}
+    return {"metadata": meta, "spec": {"trainer": trainer, "efficiency": efficiency}}
+
+
+def changed(job: dict[str, Any], **efficiency: Any) -> dict[str, Any]:
+    """`job` with its spec changed, as the API server stores it: the next generation."""
+    new = copy.deepcopy(job)
+    new["spec"]["efficiency"].update(efficiency)
+    new["metadata"]["generation"] += 1
+    return new
 
 
 def test_settings_come_from_the_validated_spec_and_the_overrides() -> None:
     cache = JobSettingsCache()
     settings = cache.settings(body())
     assert settings is not None
-    assert (settings.mode, settings.window_seconds, settings.gradient_accumulation_steps) == (
-        EfficiencyMode.ENFORCE, 600.0, 4
+    assert (settings.mode, settings.actions, settings.window_seconds, settings.gradient_accumulation_steps) == (
+        EfficiencyMode.ENFORCE, ("AdjustConfig",), 600.0, 4
     )  # fmt: skip
     tunable = settings.tunables().gradient_accumulation_steps
     assert tunable is not None and tunable.env == "ACCUM"
@@ -40,25 +48,34 @@ def test_settings_come_from_the_validated_spec_and_the_overrides() -> None:
     assert cache.validations == 2
 
 
-def test_an_equal_spec_is_not_validated_again_and_its_new_object_is_kept() -> None:
+def test_a_job_is_validated_again_only_at_a_new_generation() -> None:
     cache = JobSettingsCache()
-    first, again = body(), body()  # equal specs, two objects: a watch event's new body
+    first = body()
     settings = cache.settings(first)
-    assert cache.settings(again) is settings
-    assert cache.settings(dict(again)) is settings
+    assert cache.settings(body()) is settings, "a new body of the same generation: a watch event for its status"
     assert cache.validations == 1
-    del first  # the cache holds `again`'s spec now: changing it in place would go unseen
-    changed = copy.deepcopy(again)
-    changed["spec"]["efficiency"]["window"] = "20m"
-    moved = cache.settings(changed)
+    moved = cache.settings(changed(first, window="20m"))
     assert moved is not None and moved.window_seconds == 1200.0 and cache.validations == 2
+    recreated = {**first, "metadata": {**first["metadata"], "uid": "another"}}
+    assert cache.settings(recreated) is not moved, "deleted and created again: generation 1 anew"
+
+
+def test_a_body_without_a_generation_is_validated_every_time() -> None:
+    cache = JobSettingsCache()
+    for _ in range(2):
+        assert cache.settings(body(generation=None)) is not None
+    assert cache.validations == 2 and len(cache) == 0
 
 
 def test_an_invalid_spec_or_name_has_no_settings_until_it_is_fixed() -> None:
     cache = JobSettingsCache()
-    assert cache.settings(body(num_nodes=0)) is None
+    broken = body(num_nodes=0)
+    assert cache.settings(broken) is None
     assert cache.settings(body(num_nodes=0)) is None and cache.validations == 1, "remembered as invalid"
-    assert cache.settings(body()) is not None and cache.validations == 2
+    fixed = copy.deepcopy(broken)
+    fixed["spec"]["trainer"]["numNodes"] = 1
+    fixed["metadata"]["generation"] += 1
+    assert cache.settings(fixed) is not None and cache.validations == 2
     assert cache.settings(body(name="Not_A_Label")) is None, "the name is validated too"
 
 
@@ -75,10 +92,11 @@ def test_jobs_not_asked_for_between_two_turns_are_dropped() -> None:
     assert len(cache) == 0
 
 
-def test_jobs_declaring_the_same_tunables_share_one_validated_copy() -> None:
+def test_jobs_with_equal_settings_share_their_values_and_validated_tunables() -> None:
     cache = JobSettingsCache()
     a, b = cache.settings(body("a")), cache.settings(body("b"))
-    assert a is not None and b is not None and a.tunables() is b.tunables()
+    assert a is not None and b is not None
+    assert a.tunables() is b.tunables() and a.actions is b.actions and a.raw_tunables is None
     other = body("c")
     other["spec"]["efficiency"]["tunables"]["gradientAccumulationSteps"]["max"] = 8.0  # another type: not the same
     c = cache.settings(other)

@@ -4,12 +4,12 @@ A job's evaluation needs a handful of settings from its spec (the efficiency mod
 threshold, its tunables, the trainer's CPU and processes) and the gradient accumulation it runs
 with (its env with gpuwise's overrides). Validating the whole spec for them every cycle was the
 largest single cost of evaluating a fleet (some 50 µs a job in a busy process), although a spec
-changes rarely; comparing it with the one validated before costs under 1 µs. `JobSettingsCache`
-keeps each job's `JobSettings` from cycle to cycle, and validates again when the spec, the name
-or the overrides annotation changes. It keeps these few settings, not the validated spec (13 KB
-of objects a job, 125 MB at 10,000 jobs). The validated tunables (3.5 KB a job) are shared: a
-fleet's jobs declare a few distinct ones (their templates), each kept once, up to
-`SHARED_TUNABLES`; a job with another one has its tunables validated when they are read.
+changes rarely, and only with its TrainingJob's generation. `JobSettingsCache` keeps each job's
+`JobSettings` from cycle to cycle, and validates again when the generation or the overrides
+annotation changes. It keeps these few settings, not the validated spec (13 KB of objects a
+job, 125 MB at 10,000 jobs). The validated tunables (3.5 KB a job) are shared: a fleet's jobs
+declare a few distinct ones (their templates), each kept once, up to `SHARED_TUNABLES`; a job
+with another one has its tunables validated when they are read.
 """
 
 from __future__ import annotations
@@ -68,14 +68,15 @@ class JobSettings:
     """The settings of one TrainingJob that its evaluation reads, from its validated spec."""
 
     mode: EfficiencyMode
-    actions: frozenset[str]  # spec.efficiency.actions: what Enforce may do
+    actions: tuple[str, ...]  # spec.efficiency.actions: what Enforce may do
     window_seconds: float
     utilization_threshold: float  # spec.efficiency.thresholds.gpuUtilization
     cpu_cores: float | None  # the trainer's CPU limit (or request)
     processes_per_node: int
     gradient_accumulation_steps: int | None
-    raw_tunables: Mapping[str, Any]  # spec.efficiency.tunables as the spec has them, valid
-    shared_tunables: Tunables | None = None  # those, validated, where `JobSettingsCache` shares them
+    # spec.efficiency.tunables as the spec has them, valid; None where `shared_tunables` holds them.
+    raw_tunables: Mapping[str, Any] | None
+    shared_tunables: Tunables | None = None  # validated, where `JobSettingsCache` shares them
 
     @classmethod
     def of(cls, body: Mapping[str, Any], spec: TrainingJobSpec) -> JobSettings:
@@ -85,7 +86,7 @@ class JobSettings:
         efficiency = (body.get("spec") or {}).get("efficiency") or {}
         return cls(
             mode=spec.efficiency.mode,
-            actions=frozenset(action.value for action in spec.efficiency.actions),
+            actions=tuple(action.value for action in spec.efficiency.actions),
             window_seconds=parse_duration(spec.efficiency.window),
             utilization_threshold=spec.efficiency.thresholds.gpu_utilization,
             cpu_cores=cpu_cores(limits.get("cpu", requests.get("cpu"))),
@@ -97,7 +98,7 @@ class JobSettings:
     def tunables(self) -> Tunables:
         if self.shared_tunables is not None:
             return self.shared_tunables
-        return Tunables.model_validate(self.raw_tunables)
+        return Tunables.model_validate(self.raw_tunables or {})
 
 
 def job_settings(body: Mapping[str, Any]) -> JobSettings | None:
@@ -106,24 +107,27 @@ def job_settings(body: Mapping[str, Any]) -> JobSettings | None:
     return JobSettings.of(body, spec) if spec is not None and problem is None else None
 
 
-# A job's entry: the spec and the overrides annotation its settings came from, and those settings
-# (None: the spec, or the name, does not validate).
-_Entry = tuple[Mapping[str, Any], str | None, JobSettings | None]
+# A job's entry: the uid, generation and overrides annotation its settings came from, and those
+# settings (None: the spec, or the name, does not validate).
+_Entry = tuple[str, int, str | None, JobSettings | None]
 
 
 class JobSettingsCache:
     """Each job's `JobSettings`, validated again only when what they come from changes.
 
-    The spec is compared by value, and the entry then takes the new body's spec object, so that
-    it never keeps an old body's alive. Like kopf's bodies, a spec must not be changed in place
-    once read. Entries live in two generations: `turn()` (every few cycles) drops the ones not
-    read since the turn before, the jobs that were deleted or stopped running.
+    A spec changes only with the TrainingJob's `metadata.generation` (the API server bumps it on
+    every change of spec, and only then), so that and the overrides annotation are what is
+    compared: nothing of an old body is kept alive. A body without a generation (not from an API
+    server) is validated every time. Settings of equal values share their objects, and so do the
+    tunables (`SHARED_TUNABLES`). Entries live in two generations: `turn()` (every few cycles)
+    drops the ones not read since the turn before, the jobs that were deleted or stopped running.
     """
 
     def __init__(self) -> None:
         self._fresh: dict[tuple[str, str], _Entry] = {}
         self._older: dict[tuple[str, str], _Entry] = {}
         self._tunables: dict[Hashable, Tunables] = {}  # by the raw tunables' content (`_frozen`)
+        self._values: dict[Hashable, Any] = {}  # equal settings' values, one object each
         self.validations = 0
 
     def __len__(self) -> int:
@@ -136,27 +140,33 @@ class JobSettingsCache:
         """`job_settings(body)`, validated again only when its spec or overrides changed."""
         meta = body.get("metadata", {})
         key = meta.get("namespace", ""), meta.get("name", "")
-        raw = body.get("spec") or {}
+        uid, generation = meta.get("uid", ""), meta.get("generation")
         overrides = (meta.get("annotations") or {}).get(job_overrides.ANNOTATION_OVERRIDES)
         entry = self._fresh.get(key) or self._older.pop(key, None)
-        if entry is not None and entry[1] == overrides and (entry[0] is raw or entry[0] == raw):
-            if entry[0] is not raw:
-                entry = (raw, overrides, entry[2])
-        else:
+        if entry is None or generation is None or entry[:3] != (uid, generation, overrides):
             self.validations += 1
-            entry = (raw, overrides, self._sharing(job_settings(body)))
+            entry = (uid, generation, overrides, self._shared(job_settings(body)))
+            if generation is None:
+                return entry[3]
         self._fresh[key] = entry
-        return entry[2]
+        return entry[3]
 
-    def _sharing(self, settings: JobSettings | None) -> JobSettings | None:
-        """`settings` with their tunables validated and shared with every job that declares the same."""
-        if settings is None:
-            return None
+    def _shared(self, settings: JobSettings | None) -> JobSettings | None:
+        """`settings` with each value shared with every job's equal one, and their tunables validated."""
+        if settings is None or settings.raw_tunables is None:
+            return settings
         key = _frozen(settings.raw_tunables)
-        shared = self._tunables.get(key)
-        if shared is None and len(self._tunables) < SHARED_TUNABLES:
-            shared = self._tunables[key] = settings.tunables()
-        return dataclasses.replace(settings, shared_tunables=shared) if shared is not None else settings
+        tunables = self._tunables.get(key)
+        if tunables is None and len(self._tunables) < SHARED_TUNABLES:
+            tunables = self._tunables[key] = settings.tunables()
+        shared = {
+            name: self._values.setdefault((type(value), value), value)
+            for name in ("actions", "window_seconds", "utilization_threshold", "cpu_cores")
+            if (value := getattr(settings, name)) is not None
+        }
+        if tunables is not None:  # the body's dict is needed no more
+            shared.update(shared_tunables=tunables, raw_tunables=None)
+        return dataclasses.replace(settings, **shared)
 
     def forget(self, namespace: str, name: str) -> None:
         self._fresh.pop((namespace, name), None)
