@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
 from gpuwise.api.trainingjob import TrainingJobSpec
 from gpuwise.operator import status
 from gpuwise.operator.config import SidecarSettings
-from gpuwise.operator.reconcile import changed_paths, check_running_job, parse_spec
+from gpuwise.operator.reconcile import Context, changed_paths, check_running_job, parse_spec
 from gpuwise.operator.workload import render_job
 
 
@@ -155,3 +156,23 @@ def test_a_job_owned_by_someone_else_is_a_conflict() -> None:
     theirs = {**ours, "metadata": {**ours["metadata"], "ownerReferences": [{"uid": "other"}]}}
     conflict = check_running_job(theirs, owner, spec)
     assert conflict is not None and conflict.reason == "OwnershipConflict"
+
+
+def test_a_jobs_lock_is_one_while_in_use_and_not_kept_after() -> None:
+    context = Context(kube=None, settings=None)  # type: ignore[arg-type]  # only its locks are used
+
+    async def second_waits_for_first() -> bool:
+        async with context.lock("ml", "train"):
+            second = asyncio.ensure_future(_take(context))
+            await asyncio.sleep(0)
+            waited = not second.done()
+        await second
+        return waited
+
+    assert asyncio.run(second_waits_for_first()), "a second user of the job waits for the first"
+    assert len(context._locks) == 0, "released by everyone: not kept for a job that may be gone"
+
+
+async def _take(context: Context) -> None:
+    async with context.lock("ml", "train"):
+        pass

@@ -147,8 +147,6 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
     @kopf.on.delete(*TRAININGJOBS, optional=True, id="forget", registry=registry)
     def trainingjob_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         # Children go with their owner through ownerReferences; only our own memory is left.
-        context: Context = memo["context"]
-        context.forget(namespace or "", name)
         if "runner" in memo:
             runner: Runner = memo["runner"]
             runner.forget(namespace or "", name)

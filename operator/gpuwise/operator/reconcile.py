@@ -15,9 +15,9 @@ reason `JobVanished` instead.
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -43,15 +43,17 @@ class Context:
 
     kube: Kube
     settings: OperatorSettings
-    _locks: collections.defaultdict[tuple[str, str], asyncio.Lock] = field(
-        default_factory=lambda: collections.defaultdict(asyncio.Lock)
+    # A job's lock lives while someone holds it or waits for it: not one for every job ever seen.
+    _locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = field(
+        default_factory=weakref.WeakValueDictionary
     )
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
-        return self._locks[namespace, name]
-
-    def forget(self, namespace: str, name: str) -> None:
-        self._locks.pop((namespace, name), None)
+        """The job's lock: the reconciler and the evaluation's actions change a job one at a time."""
+        lock = self._locks.get((namespace, name))
+        if lock is None:
+            lock = self._locks[namespace, name] = asyncio.Lock()
+        return lock
 
 
 # --- checking the spec ----------------------------------------------------------------------
