@@ -14,8 +14,9 @@ the straggler detector, which needs three workers to compare, cost what they cos
 
 - the operator's evaluation cycle, `--cycles` times: (a) the batched read, `Evaluator.snapshot()`
   (`fetch()`: the queries and their decoding), then (b) for every job, `evaluate_job()`, the very
-  function the kopf timer runs: spec validation, job facts, window, diagnosis, status, the diff
-  against the current status, the `gpuwise_job_*` gauges, and the action runner. The jobs are
+  function the kopf timer runs: the job's settings (its spec validated in the first cycle, kept
+  while its generation stays), job facts, window, diagnosis, status, the diff against the
+  current status, the `gpuwise_job_*` gauges, and the action runner. The jobs are
   TrainingJob bodies as the API server stores them, a mix of modes (Observe, Recommend, Enforce).
   There is no Kubernetes API: a status patch is merged into the stored body (as the watch would
   deliver it to the next cycle), Events are queued the way kopf queues them, and both are counted,
