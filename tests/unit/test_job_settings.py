@@ -112,3 +112,11 @@ def test_past_the_shared_limit_tunables_are_validated_when_read(monkeypatch: pyt
     settings = cache.settings(other)
     assert settings is not None and settings.shared_tunables is None
     assert settings.tunables().keep_global_batch_size is True
+
+
+def test_past_the_shared_limit_values_are_kept_per_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(job_settings, "SHARED_VALUES", 0)
+    cache = JobSettingsCache()
+    a, b = cache.settings(body("a")), cache.settings(body("b"))
+    assert a is not None and b is not None
+    assert a.actions == b.actions == ("AdjustConfig",) and a.actions is not b.actions

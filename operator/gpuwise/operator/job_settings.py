@@ -28,6 +28,7 @@ from gpuwise.operator.reconcile import parse_spec
 
 _CPU_UNITS: Final = {"m": 0.001, "": 1.0, "k": 1000.0}
 SHARED_TUNABLES: Final = 1024
+SHARED_VALUES: Final = 4096
 
 
 def cpu_cores(quantity: int | str | None) -> float | None:
@@ -160,13 +161,21 @@ class JobSettingsCache:
         if tunables is None and len(self._tunables) < SHARED_TUNABLES:
             tunables = self._tunables[key] = settings.tunables()
         shared = {
-            name: self._values.setdefault((type(value), value), value)
+            name: self._one(value)
             for name in ("actions", "window_seconds", "utilization_threshold", "cpu_cores")
             if (value := getattr(settings, name)) is not None
         }
         if tunables is not None:  # the body's dict is needed no more
             shared.update(shared_tunables=tunables, raw_tunables=None)
         return dataclasses.replace(settings, **shared)
+
+    def _one(self, value: Any) -> Any:
+        """The one object kept for values equal to `value` (of its type), while fewer than `SHARED_VALUES` are."""
+        key = type(value), value
+        kept = self._values.get(key)
+        if kept is None and len(self._values) < SHARED_VALUES:
+            kept = self._values[key] = value
+        return value if kept is None else kept
 
     def forget(self, namespace: str, name: str) -> None:
         self._fresh.pop((namespace, name), None)
