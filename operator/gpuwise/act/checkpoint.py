@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gpuwise import wiring
-from gpuwise.act.measure import JobKey, PerCycle, job_key
+from gpuwise.act.measure import PerCycle
 from gpuwise.diagnose import prometheus
+from gpuwise.diagnose.labels import JobKey, job_key
 from gpuwise.metrics import catalog
 from gpuwise.observability.promql import sel
 from gpuwise.operator.kube import Kube
@@ -69,7 +70,9 @@ class Acks:
         result = await asyncio.to_thread(self.source.instant, ACK_QUERY, time.time())
         acks: dict[JobKey, dict[str, float]] = {}
         for sample in result:
-            acks.setdefault(job_key(sample), {})[sample["metric"].get("request_id", "")] = float(sample["value"][1])
+            acks.setdefault(job_key(sample["metric"]), {})[sample["metric"].get("request_id", "")] = float(
+                sample["value"][1]
+            )
         return acks
 
     async def acknowledged(self, namespace: str, name: str, request_id: str) -> float | None:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from gpuwise.api.trainingjob import Measurement
 from gpuwise.diagnose import prometheus
+from gpuwise.diagnose.labels import JobKey, job_key
 from gpuwise.metrics import catalog
 from gpuwise.observability.promql import rate, sel, with_trainingjob
 
 T = TypeVar("T")
-JobKey = tuple[str, str]  # (namespace, trainingjob)
 
 
 class PerCycle(Generic[T]):
@@ -51,13 +51,9 @@ def utilization_query(window: str) -> str:
     return f"avg by (namespace, trainingjob) ({with_trainingjob(f'avg_over_time({sel(catalog.GPU_UTIL)}[{window}])')})"
 
 
-def job_key(sample: Mapping[str, Any]) -> JobKey:
-    labels = sample["metric"]
-    return labels.get("namespace", ""), labels.get("trainingjob", "")
-
-
 def by_job(result: list[dict[str, Any]]) -> dict[JobKey, float]:
-    return {job_key(sample): float(sample["value"][1]) for sample in result}
+    """An instant answer's values by the job their labels name."""
+    return {job_key(sample["metric"]): float(sample["value"][1]) for sample in result}
 
 
 class Meter:

@@ -36,7 +36,7 @@ from gpuwise.act.machine import (
     request_id,
     transition,
 )
-from gpuwise.act.measure import JobKey, Meter
+from gpuwise.act.measure import Meter
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.base import parse_duration
 from gpuwise.api.overrides import JobOverrides
@@ -49,6 +49,7 @@ from gpuwise.api.trainingjob import (
     Phase,
     Recommendation,
 )
+from gpuwise.diagnose.labels import JobKey
 from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import ACTIONS
 from gpuwise.operator.reconcile import TERMINAL_PHASES, as_body, follow_mutable_fields, parse_spec
