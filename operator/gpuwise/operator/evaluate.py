@@ -230,30 +230,33 @@ class Evaluator:
         return status
 
 
-async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger) -> JsonDict | None:
+async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger) -> list[JsonDict]:
     """Diagnose one running job and write what changed to its status, with Events for findings.
 
-    Returns the status fields it evaluated (None when the job was not evaluated), so that the
-    action runner acts on this cycle's recommendations rather than the last one's.
+    Returns this cycle's recommendations that are for acting on, so that the action runner acts
+    on them rather than the last cycle's: only an Enforce job's, of the actions it allows (none
+    when the job was not evaluated).
     """
     status = body.get("status") or {}
     meta = body["metadata"]
     if status.get("phase") != Phase.RUNNING.value:
         JOBS.forget(meta["namespace"], meta["name"])  # its gpuwise_job_* series go with it
-        return None
+        return []
     settings = evaluator.job_settings(body)
     if settings is None:
-        return None  # the reconciler reports what is wrong with the spec
+        return []  # the reconciler reports what is wrong with the spec
     try:
         new = await evaluator.evaluate(body, settings)
     except prometheus.PrometheusError as exc:
         logger.warning("cannot evaluate efficiency: %s", exc)
-        return None
+        return []
+    enforced = settings.mode is EfficiencyMode.ENFORCE
+    to_act_on = [r for r in new["recommendations"] if enforced and r["action"] in settings.actions]
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
     threshold = settings.utilization_threshold
     JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds, threshold=threshold)
     if not worth_writing(new, status, datetime.fromtimestamp(evaluator.clock(), tz=UTC), evaluator.refresh_seconds):
-        return new
+        return to_act_on
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
     before = {f["kind"] for f in status.get("findings") or []}
     for finding in new["findings"]:
@@ -261,7 +264,7 @@ async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, l
             kopf.warn(as_body(body), reason=finding["kind"], message=finding["message"])
     for kind in before - {f["kind"] for f in new["findings"]}:
         kopf.info(as_body(body), reason="FindingCleared", message=f"{kind} no longer holds.")
-    return new
+    return to_act_on
 
 
 async def evaluate_job(
@@ -284,18 +287,9 @@ async def evaluate_job(
     # and nothing in evaluating or acting writes into a body.
     raw = dict(body)
     meta = raw["metadata"]
-    evaluated = await publish_efficiency(raw, evaluator, context.kube, logger)
-    settings = evaluator.job_settings(raw)  # what publishing read: no second validation
+    recommendations = await publish_efficiency(raw, evaluator, context.kube, logger)
     async with context.lock(meta["namespace"], meta["name"]):
-        # Only an Enforce job's recommendations of the actions it allows are for acting on; the
-        # runner still advances any job's action in flight (one started before its mode changed).
-        recommendations = [
-            recommendation
-            for recommendation in (evaluated or {}).get("recommendations") or []
-            if settings is not None
-            and settings.mode is EfficiencyMode.ENFORCE
-            and recommendation["action"] in settings.actions
-        ]
+        # The runner also advances any job's action in flight (one started before its mode changed).
         try:
             await runner.run(raw, list(pods), fleet, recommendations)
         except prometheus.PrometheusError as exc:  # the action waits where it is; the next cycle retries
