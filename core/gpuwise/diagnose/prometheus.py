@@ -149,6 +149,14 @@ class Reported(NamedTuple):
 NOT_REPORTED: Final = Reported()
 
 
+def _whole(value: float | None) -> int | None:
+    return int(value) if value is not None else None
+
+
+def _flag(value: float | None) -> bool | None:
+    return bool(value) if value is not None else None
+
+
 class PrometheusError(RuntimeError):
     """Prometheus could not answer; the message says which query and why."""
 
@@ -270,7 +278,7 @@ class Snapshot:
     def window(self, key: JobKey, job: JobFacts) -> JobWindow:
         fact = self.facts.get(key, NOT_REPORTED)
         last_step, reserved, model = fact.last_step, fact.cuda_reserved_peak_bytes, fact.gpu_model
-        batch = int(fact.batch_size) if fact.batch_size is not None else None
+        batch = _whole(fact.batch_size)
         return JobWindow(
             window_seconds=self.window_seconds,
             sample_interval_seconds=self.step_seconds,
@@ -283,16 +291,16 @@ class Snapshot:
             memory_used_mib=fact.memory_used_mib,
             memory_total_mib=fact.memory_total_mib,
             seconds_since_last_step=self.now - last_step if last_step is not None else None,
-            gpus=int(fact.gpus) if fact.gpus else 0,
+            gpus=_whole(fact.gpus) or 0,
             gpu_model=model,
             compute_capability=compute_capability(model),
             cpu_cores=job.cpu_cores,
             processes_per_node=job.processes_per_node,
             gradient_accumulation_steps=job.gradient_accumulation_steps,
             batch_size=batch,
-            num_workers=int(fact.num_workers) if fact.num_workers is not None else None,
-            pin_memory=bool(fact.pin_memory) if fact.pin_memory is not None else None,
-            autocast=bool(fact.autocast) if fact.autocast is not None else None,
+            num_workers=_whole(fact.num_workers),
+            pin_memory=_flag(fact.pin_memory),
+            autocast=_flag(fact.autocast),
             memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
             worker_step_seconds=self.worker_steps.get(key, {}),
             worker_step_extremes=self.worker_step_extremes.get(key),
