@@ -70,9 +70,8 @@ class Acks:
         result = await asyncio.to_thread(self.source.instant, ACK_QUERY, time.time())
         acks: dict[JobKey, dict[str, float]] = {}
         for sample in result:
-            acks.setdefault(job_key(sample["metric"]), {})[sample["metric"].get("request_id", "")] = float(
-                sample["value"][1]
-            )
+            labels = sample["metric"]
+            acks.setdefault(job_key(labels), {})[labels.get("request_id", "")] = float(sample["value"][1])
         return acks
 
     async def acknowledged(self, namespace: str, name: str, request_id: str) -> float | None:

@@ -154,8 +154,8 @@ class JobSettingsCache:
 
     def _shared(self, settings: JobSettings | None) -> JobSettings | None:
         """`settings` with each value shared with every job's equal one, and their tunables validated."""
-        if settings is None or settings.raw_tunables is None:
-            return settings
+        if settings is None:
+            return None
         key = _frozen(settings.raw_tunables)
         tunables = self._tunables.get(key)
         if tunables is None and len(self._tunables) < SHARED_TUNABLES:
