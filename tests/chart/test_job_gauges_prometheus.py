@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from gpuwise.metrics import catalog
 from gpuwise.observability import DASHBOARDS
 from gpuwise.observability.promql import OPERATOR_JOB
-from gpuwise.operator.evaluate import efficiency_status
+from gpuwise.operator.evaluate import evaluate_window
 from gpuwise.operator.metrics import ActionTransitions, JobGauges
 from tests.chart.support import CHART
 from tests.support.prometheus import Prometheus, running
@@ -79,7 +79,7 @@ def test_findings_reach_the_panels_fire_the_alert_and_go_when_the_job_does(
 ) -> None:
     jobs, server = operator
     now = datetime.now(tz=UTC).replace(microsecond=0)
-    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, now), ttl=600)
+    jobs.publish("team", "bert", evaluate_window(spec(), window(), {}, now).series(), ttl=600)
     names = tuple(metric.name for metric in JOB_METRICS)
     targets = [
         (panel.title, target.expr)

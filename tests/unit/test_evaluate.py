@@ -10,7 +10,7 @@ import pytest
 from gpuwise.act.overrides import annotation_patch
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.diagnose.window import JobWindow
-from gpuwise.operator.evaluate import efficiency_status, job_facts, worth_writing
+from gpuwise.operator.evaluate import evaluate_window, job_facts, worth_writing
 from gpuwise.operator.job_settings import JobSettings, cpu_cores, job_settings
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -75,27 +75,27 @@ def test_a_straggler_keeps_its_finding_from_the_stored_status() -> None:
     # Worker 5 has been 3x slower than its peers for the whole window: no baseline left in it.
     workers = {w: [(1000.0 + 15 * i, 1.5 if w == 5 else 0.5 + 0.01 * (i % 3)) for i in range(60)] for w in range(8)}
     slow = input_bound(data_wait_fraction=[0.0] * 60, gpu_utilization=[90.0] * 60, worker_step_seconds=workers)
-    assert [f["kind"] for f in efficiency_status(spec(), slow, {}, NOW)["findings"]] == ["SlowWorker"]
+    assert [f.kind for f in evaluate_window(spec(), slow, {}, NOW).findings] == ["SlowWorker"]
     stored = {
         "findings": [
             {"kind": "Straggler", "confidence": 0.95, "since": "2026-11-22T11:00:00Z", "message": "Worker 5 runs…",
              "worker": 5, "evidence": {"worker": "5", "peakSlowdown": "3", "baselineRatio": "1.0000"}}
         ]
     }  # fmt: skip
-    status = efficiency_status(spec(), slow, stored, NOW)
+    status = evaluate_window(spec(), slow, stored, NOW).status()
     assert [(f["kind"], f["worker"], f["since"]) for f in status["findings"]] == [
         ("Straggler", 5, "2026-11-22T11:00:00Z")
     ]
     assert [r["action"] for r in status["recommendations"]] == ["Reschedule"]
     edited = {"findings": [{"kind": "Straggler", "since": "yesterday"}, *stored["findings"][1:]]}
-    assert [f["kind"] for f in efficiency_status(spec(), slow, edited, NOW)["findings"]] == ["SlowWorker"]
+    assert [f.kind for f in evaluate_window(spec(), slow, edited, NOW).findings] == ["SlowWorker"]
 
 
 def test_recommend_mode_publishes_findings_and_the_summary() -> None:
-    status = efficiency_status(spec(), input_bound(), {}, NOW)
+    status = evaluate_window(spec(), input_bound(), {}, NOW).status()
     assert status["efficiency"] == {
         "gpuUtilization": 30.0, "smActivity": 0.21, "dataWaitFraction": 0.6, "memoryHeadroomFraction": 0.75,
-        "topFinding": "InputBound", "updatedAt": None,
+        "topFinding": "InputBound", "updatedAt": "2026-11-22T12:00:00Z",
     }  # fmt: skip
     assert [f["kind"] for f in status["findings"]] == ["InputBound"]
     assert status["findings"][0]["since"] == "2026-11-22T12:00:00Z"
@@ -104,53 +104,54 @@ def test_recommend_mode_publishes_findings_and_the_summary() -> None:
 
 
 def test_observe_mode_publishes_metrics_only() -> None:
-    status = efficiency_status(spec("Observe"), input_bound(), {}, NOW)
+    status = evaluate_window(spec("Observe"), input_bound(), {}, NOW).status()
     assert (status["findings"], status["recommendations"]) == ([], [])
     assert status["efficiency"]["topFinding"] is None
     assert status["efficiency"]["dataWaitFraction"] == 0.6
 
 
 def test_a_finding_keeps_its_first_appearance_across_cycles() -> None:
-    first = efficiency_status(spec(), input_bound(), {}, NOW)
-    later = efficiency_status(spec(), input_bound(), first, NOW.replace(hour=13))
-    assert later["findings"][0]["since"] == "2026-11-22T12:00:00Z"
+    first = evaluate_window(spec(), input_bound(), {}, NOW).status()
+    later = evaluate_window(spec(), input_bound(), first, NOW.replace(hour=13))
+    assert later.status()["findings"][0]["since"] == "2026-11-22T12:00:00Z"
     assert not worth_writing(later, first, NOW.replace(hour=13), refresh_seconds=7200)
 
 
 def test_unmeasured_quantities_are_null_not_zero() -> None:
-    status = efficiency_status(spec(), input_bound(sm_activity=None, memory_used_mib=None), {}, NOW)
+    status = evaluate_window(spec(), input_bound(sm_activity=None, memory_used_mib=None), {}, NOW).status()
     assert status["efficiency"]["smActivity"] is None
     assert status["efficiency"]["memoryHeadroomFraction"] is None
 
 
-def written(status: dict[str, Any], at: datetime) -> dict[str, Any]:
-    return {**status, "efficiency": {**status["efficiency"], "updatedAt": at.strftime("%Y-%m-%dT%H:%M:%SZ")}}
-
-
 def test_a_figure_moving_less_than_its_tolerance_is_not_written_until_the_refresh() -> None:
-    stored = written(efficiency_status(spec(), input_bound(), {}, NOW), NOW)
-    slid = efficiency_status(spec(), input_bound(gpu_utilization=[30.0] * 59 + [59.0]), stored, NOW)
-    assert slid["efficiency"]["gpuUtilization"] == 30.5 != stored["efficiency"]["gpuUtilization"]
+    stored = evaluate_window(spec(), input_bound(), {}, NOW).status()
+    slid = evaluate_window(spec(), input_bound(gpu_utilization=[30.0] * 59 + [59.0]), stored, NOW)
+    assert slid.figures.gpu_utilization == 30.5 != stored["efficiency"]["gpuUtilization"]
     assert not worth_writing(slid, stored, NOW + timedelta(seconds=30), refresh_seconds=300)
     assert worth_writing(slid, stored, NOW + timedelta(seconds=300), refresh_seconds=300), "refreshed at last"
-    moved = efficiency_status(spec(), input_bound(gpu_utilization=[31.0] * 60), stored, NOW)
+    moved = evaluate_window(spec(), input_bound(gpu_utilization=[31.0] * 60), stored, NOW)
     assert worth_writing(moved, stored, NOW + timedelta(seconds=30), refresh_seconds=300), "one point of utilization"
-    waits_less = efficiency_status(spec(), input_bound(data_wait_fraction=[0.59] * 60), stored, NOW)
+    waits_less = evaluate_window(spec(), input_bound(data_wait_fraction=[0.59] * 60), stored, NOW)
     assert worth_writing(waits_less, stored, NOW + timedelta(seconds=30), refresh_seconds=300)
 
 
 def test_a_figure_appearing_or_a_finding_changing_is_written_at_once() -> None:
-    stored = written(efficiency_status(spec(), input_bound(sm_activity=None), {}, NOW), NOW)
-    measured = efficiency_status(spec(), input_bound(), stored, NOW)
+    stored = evaluate_window(spec(), input_bound(sm_activity=None), {}, NOW).status()
+    measured = evaluate_window(spec(), input_bound(), stored, NOW)
     assert worth_writing(measured, stored, NOW, refresh_seconds=300), "SM activity now measured"
     fed = input_bound(data_wait_fraction=[0.0] * 60, gpu_utilization=[30.4] * 60)
-    healthy = efficiency_status(spec(), fed, stored, NOW)
-    assert healthy["findings"] == [] and worth_writing(healthy, stored, NOW, refresh_seconds=300)
-    more_workers = {**stored, "recommendations": [{**stored["recommendations"][0], "changes": {"W": "4"}}]}
-    assert worth_writing(more_workers, stored, NOW, refresh_seconds=300)
+    healthy = evaluate_window(spec(), fed, stored, NOW)
+    assert healthy.findings == [] and worth_writing(healthy, stored, NOW, refresh_seconds=300)
+    unchanged = evaluate_window(spec(), input_bound(sm_activity=None), stored, NOW)
+    assert not worth_writing(unchanged, stored, NOW, refresh_seconds=300)
+    fewer_workers = {**stored, "recommendations": [{**stored["recommendations"][0], "changes": {"W": "2"}}]}
+    assert worth_writing(unchanged, fewer_workers, NOW, refresh_seconds=300), "another change to make"
+    edited = {**stored, "findings": [*stored["findings"], {"kind": "Straggler", "since": "yesterday"}]}
+    assert worth_writing(evaluate_window(spec(), input_bound(sm_activity=None), edited, NOW), edited, NOW,
+                         refresh_seconds=300), "a stored finding that does not read is written over"  # fmt: skip
 
 
 def test_a_status_never_written_with_nothing_measured_is_not_written() -> None:
-    observed = efficiency_status(spec("Observe"), input_bound(gpu_utilization=[], data_wait_fraction=[],
-                                 sm_activity=None, memory_used_mib=None), {}, NOW)  # fmt: skip
+    observed = evaluate_window(spec("Observe"), input_bound(gpu_utilization=[], data_wait_fraction=[],
+                               sm_activity=None, memory_used_mib=None), {}, NOW)  # fmt: skip
     assert not worth_writing(observed, {}, NOW, refresh_seconds=300)

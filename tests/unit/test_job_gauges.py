@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwise.diagnose.window import JobWindow
 from gpuwise.metrics import catalog
-from gpuwise.operator.evaluate import Evaluator, efficiency_status, publish_efficiency
+from gpuwise.operator.evaluate import Evaluation, Evaluator, evaluate_window, publish_efficiency
 from gpuwise.operator.job_settings import JobSettings, job_settings
-from gpuwise.operator.metrics import JOBS, JobGauges
+from gpuwise.operator.metrics import JOBS, JobGauges, JobSeries
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 JOB_METRICS = {m.name for m in (catalog.JOB_FINDING, catalog.JOB_RECOMMENDATION, catalog.JOB_GPU_UTIL,
@@ -51,10 +51,14 @@ def gauges() -> tuple[JobGauges, CollectorRegistry, Clock]:
     return jobs, registry, clock
 
 
-def raw_spec(mode: str = "Recommend") -> dict[str, Any]:
+def raw_spec(mode: str = "Recommend", **thresholds: float) -> dict[str, Any]:
     return {
         "trainer": {"image": "x", "resourcesPerNode": {"limits": {"cpu": "2500m"}}},
-        "efficiency": {"mode": mode, "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}}},
+        "efficiency": {
+            "mode": mode,
+            "tunables": {"dataLoaderWorkers": {"env": "W", "min": 1, "max": 8}},
+            "thresholds": thresholds,
+        },
     }
 
 
@@ -74,13 +78,17 @@ def window(**overrides: Any) -> JobWindow:
     return JobWindow(**values)
 
 
+def series(settings: JobSettings, job: JobWindow, previous: dict[str, Any] | None = None) -> JobSeries:
+    return evaluate_window(settings, job, previous or {}, NOW).series()
+
+
 def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return name, tuple(sorted({"namespace": "team", "trainingjob": "bert", **labels}.items()))
 
 
 def test_an_input_bound_job_gets_its_finding_recommendation_and_summary() -> None:
     jobs, registry, _ = gauges()
-    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)
+    jobs.publish("team", "bert", series(spec(), window()), ttl=90)
     samples = exposed(registry)
     confidence = samples.pop(key(catalog.JOB_FINDING.name, kind="InputBound"))
     assert 0 < confidence <= 1
@@ -88,47 +96,55 @@ def test_an_input_bound_job_gets_its_finding_recommendation_and_summary() -> Non
         key(catalog.JOB_RECOMMENDATION.name, action="AdjustConfig", finding="InputBound"): 1.0,
         key(catalog.JOB_GPU_UTIL.name): 30.0,
         key(catalog.JOB_DATA_WAIT.name): 0.6,
+        key(catalog.JOB_GPU_UTIL_THRESHOLD.name): 50.0,
     }
 
 
 def test_series_update_and_a_cleared_finding_loses_its_series() -> None:
     jobs, registry, _ = gauges()
-    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)
-    first = efficiency_status(spec(), window(), {}, NOW)
+    jobs.publish("team", "bert", series(spec(), window()), ttl=90)
+    first = evaluate_window(spec(), window(), {}, NOW).status()
     healthy = window(gpu_utilization=[92.0] * 60, data_wait_fraction=[0.02] * 60)
-    jobs.publish("team", "bert", efficiency_status(spec(), healthy, first, NOW), ttl=90)
-    assert exposed(registry) == {key(catalog.JOB_GPU_UTIL.name): 92.0, key(catalog.JOB_DATA_WAIT.name): 0.02}
+    jobs.publish("team", "bert", series(spec(), healthy, first), ttl=90)
+    assert exposed(registry) == {
+        key(catalog.JOB_GPU_UTIL.name): 92.0,
+        key(catalog.JOB_DATA_WAIT.name): 0.02,
+        key(catalog.JOB_GPU_UTIL_THRESHOLD.name): 50.0,
+    }
 
 
 def test_unmeasured_quantities_have_no_series_never_zero() -> None:
     jobs, registry, _ = gauges()
-    status = efficiency_status(spec("Observe"), window(gpu_utilization=[], data_wait_fraction=[]), {}, NOW)
-    jobs.publish("team", "bert", status, ttl=90)
-    assert exposed(registry) == {}
+    jobs.publish("team", "bert", series(spec("Observe"), window(gpu_utilization=[], data_wait_fraction=[])), ttl=90)
+    assert exposed(registry) == {key(catalog.JOB_GPU_UTIL_THRESHOLD.name): 50.0}, "the spec's, not measured"
     assert "# TYPE gpuwise_job_finding gauge" in generate_latest(registry).decode()  # the family is still declared
 
 
 def test_observe_mode_exports_the_summary_only() -> None:
     jobs, registry, _ = gauges()
-    jobs.publish("team", "bert", efficiency_status(spec("Observe"), window(), {}, NOW), ttl=90)
-    assert set(exposed(registry)) == {key(catalog.JOB_GPU_UTIL.name), key(catalog.JOB_DATA_WAIT.name)}
+    jobs.publish("team", "bert", series(spec("Observe"), window()), ttl=90)
+    assert set(exposed(registry)) == {
+        key(catalog.JOB_GPU_UTIL.name),
+        key(catalog.JOB_DATA_WAIT.name),
+        key(catalog.JOB_GPU_UTIL_THRESHOLD.name),
+    }
 
 
 def test_the_job_s_own_utilization_threshold_is_exported_for_the_alert() -> None:
     jobs, registry, _ = gauges()
-    status = efficiency_status(spec("Observe"), window(), {}, NOW)
-    jobs.publish("team", "bert", status, ttl=90, threshold=75.0)
-    jobs.publish("team", "gpt", status, ttl=90)  # published without one: no series, never a guess
+    strict = job_settings({"metadata": {"name": "train"}, "spec": raw_spec("Observe", gpuUtilization=75)})
+    assert strict is not None
+    jobs.publish("team", "bert", series(strict, window()), ttl=90)
+    jobs.publish("team", "gpt", series(spec("Observe"), window()), ttl=90)
     samples = exposed(registry)
     assert samples[key(catalog.JOB_GPU_UTIL_THRESHOLD.name)] == 75.0
-    assert key(catalog.JOB_GPU_UTIL_THRESHOLD.name, trainingjob="gpt") not in samples
+    assert samples[key(catalog.JOB_GPU_UTIL_THRESHOLD.name, trainingjob="gpt")] == 50.0
 
 
 def test_a_forgotten_job_loses_every_series_and_others_keep_theirs() -> None:
     jobs, registry, _ = gauges()
-    status = efficiency_status(spec(), window(), {}, NOW)
-    jobs.publish("team", "bert", status, ttl=90)
-    jobs.publish("team", "gpt", status, ttl=90)
+    jobs.publish("team", "bert", series(spec(), window()), ttl=90)
+    jobs.publish("team", "gpt", series(spec(), window()), ttl=90)
     jobs.forget("team", "bert")
     jobs.forget("team", "never-seen")
     remaining = exposed(registry)
@@ -137,10 +153,10 @@ def test_a_forgotten_job_loses_every_series_and_others_keep_theirs() -> None:
 
 def test_a_job_not_published_again_expires_after_its_ttl() -> None:
     jobs, registry, clock = gauges()
-    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)
+    jobs.publish("team", "bert", series(spec(), window()), ttl=90)
     clock.now += 89
     assert exposed(registry)
-    jobs.publish("team", "bert", efficiency_status(spec(), window(), {}, NOW), ttl=90)  # refreshed
+    jobs.publish("team", "bert", series(spec(), window()), ttl=90)  # refreshed
     clock.now += 89
     assert exposed(registry)
     clock.now += 2
@@ -149,14 +165,14 @@ def test_a_job_not_published_again_expires_after_its_ttl() -> None:
 
 
 class FixedEvaluator(Evaluator):
-    """Returns a computed status instead of reading Prometheus."""
+    """Returns a computed evaluation instead of reading Prometheus."""
 
-    def __init__(self, status: dict[str, Any]) -> None:
-        super().__init__(source=None, cycle_seconds=30)  # type: ignore[arg-type]
-        self.status = status
+    def __init__(self, evaluation: Evaluation) -> None:
+        super().__init__(source=None, cycle_seconds=30, clock=NOW.timestamp)  # type: ignore[arg-type]
+        self.evaluation = evaluation
 
-    async def evaluate(self, body: Any, settings: JobSettings) -> dict[str, Any]:
-        return self.status
+    async def evaluate(self, body: Any, settings: JobSettings) -> Evaluation:
+        return self.evaluation
 
 
 def body(phase: str, status: dict[str, Any]) -> dict[str, Any]:
@@ -170,8 +186,8 @@ def body(phase: str, status: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_publish_efficiency_feeds_the_gauges_and_a_job_that_stops_running_loses_them() -> None:
-    status = efficiency_status(spec(), window(), {}, NOW)
-    evaluator = FixedEvaluator(status)
+    status = evaluate_window(spec(), window(), {}, NOW).status()
+    evaluator = FixedEvaluator(evaluate_window(spec(), window(), status, NOW))
     logger = logging.getLogger("test")
     try:
         # Unchanged status: nothing to patch, but the gauges are refreshed.

@@ -24,6 +24,7 @@ from gpuwise.api.trainingjob import ActionKind, EfficiencySummary, Tunables
 from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.labels import JobKey
 from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.summary import figures
 from gpuwise.diagnose.window import JobWindow, Sustain
 
 USAGE_ERROR: Final = 2
@@ -52,15 +53,7 @@ class Result:
     diagnoses: list[Diagnosis]
 
     def summary(self) -> EfficiencySummary:
-        w = self.window
-        used, total = w.memory_used_mib, w.memory_total_mib
-        return EfficiencySummary(
-            gpu_utilization=_clamp(w.mean(w.gpu_utilization), 100.0, 1),
-            sm_activity=_clamp(w.sm_activity, 1.0, 3),
-            data_wait_fraction=_clamp(w.mean(w.data_wait_fraction), 1.0, 3),
-            memory_headroom_fraction=_clamp(1 - used / total, 1.0, 3) if used is not None and total else None,
-            top_finding=self.diagnoses[0][0].kind if self.diagnoses else None,
-        )
+        return figures(self.window).summary(self.diagnoses[0][0].kind if self.diagnoses else None)
 
     def as_json(self) -> dict[str, Any]:
         namespace, name = self.key
@@ -71,10 +64,6 @@ class Result:
             "findings": [finding.to_k8s() for finding, _ in self.diagnoses],
             "recommendations": [r.to_k8s() for _, r in self.diagnoses if r is not None],
         }
-
-
-def _clamp(value: float | None, top: float, digits: int) -> float | None:
-    return round(min(max(value, 0.0), top), digits) if value is not None else None
 
 
 def parser() -> argparse.ArgumentParser:

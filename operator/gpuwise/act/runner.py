@@ -114,7 +114,7 @@ class Runner:
         body: JsonDict,
         pods: Sequence[JsonDict],
         fleet: Iterable[Mapping[str, Any]],
-        recommendations: Sequence[Mapping[str, Any]],
+        recommendations: Sequence[Recommendation],
     ) -> None:
         """One cycle for one TrainingJob; `fleet` is every TrainingJob (for budgets)."""
         meta = body["metadata"]
@@ -176,11 +176,10 @@ class Runner:
         job: JobView,
         records: list[ActionRecord],
         fleet: Iterable[Mapping[str, Any]],
-        recommendations: Sequence[Mapping[str, Any]],
+        recommendations: Sequence[Recommendation],
     ) -> None:
         allowed = set(job.spec.efficiency.actions)
-        for raw in recommendations:
-            recommendation = Recommendation.model_validate(raw)
+        for recommendation in recommendations:
             action = self.kinds.get(recommendation.action)
             if action is None or recommendation.action not in allowed:
                 continue

@@ -25,19 +25,21 @@ import collections
 import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import kopf
 from pydantic import ValidationError
 
-from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase
+from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase, Recommendation
 from gpuwise.diagnose import prometheus
-from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.summary import Figures, figures
 from gpuwise.diagnose.window import JobWindow, Sustain
 from gpuwise.operator.job_settings import JobSettings, JobSettingsCache
 from gpuwise.operator.kube import Kube
-from gpuwise.operator.metrics import JOBS
+from gpuwise.operator.metrics import JOBS, JobSeries
 from gpuwise.operator.reconcile import Context as ReconcileContext
 from gpuwise.operator.reconcile import as_body
 
@@ -76,10 +78,60 @@ def _thresholds(gpu_utilization: float) -> DiagnosisThresholds:
     return DiagnosisThresholds(gpu_utilization=gpu_utilization)
 
 
-def efficiency_status(settings: JobSettings, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> JsonDict:
-    """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One job's evaluation in a cycle, before it becomes status fields.
+
+    The status is built from it (`status()`) only when it is worth writing (`worth_writing`): for
+    most jobs in most cycles it is not, and building 10,000 statuses' dicts a cycle, to compare
+    them and throw them away, was a fifth of a cycle's CPU. The gauges (`series()`) and the
+    action runner read the findings and recommendations as they are.
+    """
+
+    figures: Figures
+    diagnoses: Sequence[Diagnosis]  # most confident first; none in Observe mode
+    previous: Mapping[str, Finding]  # the stored status's findings by kind, as the rules held them
+    utilization_threshold: float  # the job's spec.efficiency.thresholds.gpuUtilization
+    at: datetime  # when: a finding new in it holds since then
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [finding for finding, _ in self.diagnoses]
+
+    @property
+    def recommendations(self) -> list[Recommendation]:
+        return [r for _, r in self.diagnoses if r is not None]
+
+    @property
+    def top_finding(self) -> str | None:
+        return self.diagnoses[0][0].kind if self.diagnoses else None
+
+    def status(self) -> JsonDict:
+        """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
+        efficiency = self.figures.summary(self.top_finding).model_dump(mode="json", by_alias=True)
+        efficiency["updatedAt"] = _stamp(self.at)
+        return {
+            # Unmeasured or cleared fields go as null: a merge patch leaves absent keys as they were.
+            "efficiency": efficiency,
+            "findings": [finding.to_k8s() for finding in self.findings],
+            "recommendations": [r.to_k8s() for r in self.recommendations],
+        }
+
+    def series(self) -> JobSeries:
+        """The job's `gpuwise_job_*` gauges."""
+        return JobSeries(
+            gpu_utilization=self.figures.gpu_utilization,
+            data_wait=self.figures.data_wait_fraction,
+            findings=tuple((finding.kind, finding.confidence) for finding in self.findings),
+            recommendations=tuple(sorted({(r.action.value, r.finding) for r in self.recommendations})),
+            utilization_threshold=self.utilization_threshold,
+        )
+
+
+def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> Evaluation:
+    """Diagnose one job's window, against the findings its stored status (`previous`) holds."""
     old_findings = {finding.kind: finding for finding in _findings(previous)}
-    diagnoses = []
+    diagnoses: list[Diagnosis] = []
     if settings.mode is not EfficiencyMode.OBSERVE:
         context = Context(
             window=window,
@@ -92,20 +144,7 @@ def efficiency_status(settings: JobSettings, window: JobWindow, previous: Mappin
             previous=old_findings,
         )
         diagnoses = diagnose(context)
-    used, total = window.memory_used_mib, window.memory_total_mib
-    summary = EfficiencySummary(
-        gpu_utilization=_rounded(window.mean(window.gpu_utilization), 1),
-        sm_activity=_rounded(window.sm_activity, 3),
-        data_wait_fraction=_rounded(window.mean(window.data_wait_fraction), 3),
-        memory_headroom_fraction=_rounded(1 - used / total, 3) if used is not None and total else None,
-        top_finding=diagnoses[0][0].kind if diagnoses else None,
-    )
-    return {
-        # Unmeasured or cleared fields go as null: a merge patch leaves absent keys as they were.
-        "efficiency": summary.model_dump(mode="json", by_alias=True),
-        "findings": [finding.to_k8s() for finding, _ in diagnoses],
-        "recommendations": [r.to_k8s() for _, r in diagnoses if r is not None],
-    }
+    return Evaluation(figures(window), diagnoses, old_findings, settings.utilization_threshold, now)
 
 
 def _findings(status: Mapping[str, Any]) -> list[Finding]:
@@ -119,45 +158,48 @@ def _findings(status: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def _rounded(value: float | None, digits: int) -> float | None:
-    return round(min(max(value, 0.0), 100.0), digits) if value is not None else None
-
-
 # How far an efficiency figure moves before it is worth a write: one percentage point of
 # utilization, activity, data wait or memory headroom. Less is the window sliding, not the job changing.
-TOLERANCES: Final = {
-    "gpuUtilization": 1.0,  # percent
-    "smActivity": 0.01,
-    "dataWaitFraction": 0.01,
-    "memoryHeadroomFraction": 0.01,
-}
+TOLERANCES: Final = Figures(
+    gpu_utilization=1.0,  # percent
+    sm_activity=0.01,
+    data_wait_fraction=0.01,
+    memory_headroom_fraction=0.01,
+)
+_STORED_FIGURES: Final = tuple(EfficiencySummary.model_fields[name].alias or name for name in Figures._fields)
 STATUS_REFRESH_SECONDS: Final = 300.0
 
 
-def worth_writing(new: Mapping[str, Any], old: Mapping[str, Any], now: datetime, refresh_seconds: float) -> bool:
-    """Whether writing `new` over the stored `old` tells a user something they would act on.
+def worth_writing(new: Evaluation, old: Mapping[str, Any], now: datetime, refresh_seconds: float) -> bool:
+    """Whether writing `new` over the stored status `old` (the one `new` was evaluated against)
+    tells a user something they would act on.
 
     Findings and recommendations are compared by what one acts on: which finding holds since when
     (for which worker) and what to change. Their confidence, messages and evidence follow the
     window's figures, like `efficiency`, and are refreshed with them every `refresh_seconds`.
     """
-    if _actionable(new) != _actionable(old):
+    stored_findings = old.get("findings") or []
+    if len(stored_findings) != len(new.previous):
+        return True  # a stored finding that does not read: the new status replaces it
+    if [(f.kind, f.since, f.worker) for f in new.previous.values()] != [
+        (f.kind, f.since, f.worker) for f in new.findings
+    ]:
         return True
-    new_efficiency, old_efficiency = new.get("efficiency") or {}, old.get("efficiency") or {}
-    if new_efficiency.get("topFinding") != old_efficiency.get("topFinding"):
+    stored_recommendations = [(r["action"], r["finding"], r.get("changes")) for r in old.get("recommendations") or []]
+    if stored_recommendations != [(r.action, r.finding, r.changes) for r in new.recommendations]:
         return True
-    for key, tolerance in TOLERANCES.items():
-        fresh, stored = new_efficiency.get(key), old_efficiency.get(key)
-        if (fresh is None) != (stored is None) or (fresh is not None and round(abs(fresh - stored), 6) >= tolerance):
+    efficiency = old.get("efficiency") or {}
+    if efficiency.get("topFinding") != new.top_finding:
+        return True
+    for key, fresh, tolerance in zip(_STORED_FIGURES, new.figures, TOLERANCES, strict=True):
+        stored = efficiency.get(key)
+        if fresh is None or stored is None:
+            if (fresh is None) != (stored is None):
+                return True  # measured now and not then, or the other way round
+        elif round(abs(fresh - stored), 6) >= tolerance:
             return True
-    written = _parse_time(old_efficiency.get("updatedAt"))
+    written = _parse_time(efficiency.get("updatedAt"))
     return written is not None and (now - written).total_seconds() >= refresh_seconds
-
-
-def _actionable(status: Mapping[str, Any]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    findings = [(f["kind"], f["since"], f.get("worker")) for f in status.get("findings") or []]
-    recommendations = [(r["action"], r["finding"], r.get("changes")) for r in status.get("recommendations") or []]
-    return findings, recommendations
 
 
 class Evaluator:
@@ -220,17 +262,17 @@ class Evaluator:
             self._settings_turned = self.clock()
         return self.settings.settings(body)
 
-    async def evaluate(self, body: Mapping[str, Any], settings: JobSettings) -> JsonDict:
+    async def evaluate(self, body: Mapping[str, Any], settings: JobSettings) -> Evaluation:
         meta = body["metadata"]
         now = datetime.fromtimestamp(int(self.clock()), tz=UTC)
         snapshot = await self.snapshot(settings.window_seconds, self.step_seconds)
         window = snapshot.window((meta["namespace"], meta["name"]), job_facts(body, settings, now))
-        status = efficiency_status(settings, window, body.get("status") or {}, now)
-        status["efficiency"]["updatedAt"] = _stamp(now)
-        return status
+        return evaluate_window(settings, window, body.get("status") or {}, now)
 
 
-async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger) -> list[JsonDict]:
+async def publish_efficiency(
+    body: JsonDict, evaluator: Evaluator, kube: Kube, logger: kopf.Logger
+) -> list[Recommendation]:
     """Diagnose one running job and write what changed to its status, with Events for findings.
 
     Returns this cycle's recommendations that are for acting on, so that the action runner acts
@@ -246,23 +288,25 @@ async def publish_efficiency(body: JsonDict, evaluator: Evaluator, kube: Kube, l
     if settings is None:
         return []  # the reconciler reports what is wrong with the spec
     try:
-        new = await evaluator.evaluate(body, settings)
+        evaluation = await evaluator.evaluate(body, settings)
     except prometheus.PrometheusError as exc:
         logger.warning("cannot evaluate efficiency: %s", exc)
         return []
     enforced = settings.mode is EfficiencyMode.ENFORCE
-    to_act_on = [r for r in new["recommendations"] if enforced and r["action"] in settings.actions]
+    to_act_on = [r for r in evaluation.recommendations if enforced and r.action in settings.actions]
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
-    threshold = settings.utilization_threshold
-    JOBS.publish(meta["namespace"], meta["name"], new, ttl=3 * evaluator.cycle_seconds, threshold=threshold)
-    if not worth_writing(new, status, datetime.fromtimestamp(evaluator.clock(), tz=UTC), evaluator.refresh_seconds):
+    JOBS.publish(meta["namespace"], meta["name"], evaluation.series(), ttl=3 * evaluator.cycle_seconds)
+    if not worth_writing(
+        evaluation, status, datetime.fromtimestamp(evaluator.clock(), tz=UTC), evaluator.refresh_seconds
+    ):
         return to_act_on
+    new = evaluation.status()
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
     before = {f["kind"] for f in status.get("findings") or []}
-    for finding in new["findings"]:
-        if finding["kind"] not in before:
-            kopf.warn(as_body(body), reason=finding["kind"], message=finding["message"])
-    for kind in before - {f["kind"] for f in new["findings"]}:
+    for finding in evaluation.findings:
+        if finding.kind not in before:
+            kopf.warn(as_body(body), reason=finding.kind, message=finding.message)
+    for kind in before - {f.kind for f in evaluation.findings}:
         kopf.info(as_body(body), reason="FindingCleared", message=f"{kind} no longer holds.")
     return to_act_on
 

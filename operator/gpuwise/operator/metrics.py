@@ -21,9 +21,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -55,22 +55,7 @@ class JobSeries:
     data_wait: float | None
     findings: tuple[tuple[str, float], ...]  # (kind, confidence)
     recommendations: tuple[tuple[str, str], ...]  # (action, finding)
-    utilization_threshold: float | None = None  # spec.efficiency.thresholds.gpuUtilization
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any], utilization_threshold: float | None = None) -> JobSeries:
-        """From the status fields `publish_efficiency()` computes (`efficiency`, `findings`, ...)."""
-        efficiency = status.get("efficiency") or {}
-        util, wait = efficiency.get("gpuUtilization"), efficiency.get("dataWaitFraction")
-        return cls(
-            utilization_threshold=utilization_threshold,
-            gpu_utilization=float(util) if util is not None else None,
-            data_wait=float(wait) if wait is not None else None,
-            findings=tuple((str(f["kind"]), float(f["confidence"])) for f in status.get("findings") or []),
-            recommendations=tuple(
-                sorted({(str(r["action"]), str(r["finding"])) for r in status.get("recommendations") or []})
-            ),
-        )
+    utilization_threshold: float  # spec.efficiency.thresholds.gpuUtilization
 
 
 class JobGauges(Collector):
@@ -87,11 +72,7 @@ class JobGauges(Collector):
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], tuple[float, JobSeries]] = {}  # key -> (expiry, series)
 
-    def publish(
-        self, namespace: str, name: str, status: Mapping[str, Any], ttl: float, *, threshold: float | None = None
-    ) -> None:
-        """`threshold`: the job's own GPU utilization threshold, for the underutilization alert."""
-        series = JobSeries.from_status(status, threshold)
+    def publish(self, namespace: str, name: str, series: JobSeries, ttl: float) -> None:
         with self._lock:
             self._jobs[(namespace, name)] = (self._clock() + ttl, series)
 
@@ -123,8 +104,7 @@ class JobGauges(Collector):
                 utilization.add_metric([namespace, name], series.gpu_utilization)
             if series.data_wait is not None:
                 wait.add_metric([namespace, name], series.data_wait)
-            if series.utilization_threshold is not None:
-                threshold.add_metric([namespace, name], series.utilization_threshold)
+            threshold.add_metric([namespace, name], series.utilization_threshold)
         yield from (finding, recommendation, utilization, wait, threshold)
 
 
