@@ -20,6 +20,7 @@ import pytest
 
 from gpuwise.diagnose import prometheus as source
 from gpuwise.diagnose.incremental import OVERLAP_STEPS
+from gpuwise.diagnose.labels import JobKey
 from gpuwise.metrics import Metric, catalog
 from tests.support.prometheus import AVAILABLE, running
 
@@ -156,6 +157,26 @@ def flat(snapshot: source.Snapshot) -> dict[tuple[Any, ...], list[tuple[float, f
     return points
 
 
+def facts(snapshot: source.Snapshot) -> dict[JobKey, tuple[Any, ...]]:
+    """The instant queries' answers in each job's record, for the jobs they answered for."""
+    answered = len(source.instant_queries("1m"))
+    return {
+        key: read[:answered]
+        for key, read in snapshot.by_job.items()
+        if read[:answered] != source.NOT_REPORTED[:answered]
+    }
+
+
+def records_hold_the_series(snapshot: source.Snapshot) -> bool:
+    """Whether each job's record holds the snapshot's very series of the job, and every job has one."""
+    tables = [*(snapshot.series[name] for name in source.range_queries()), snapshot.worker_steps,
+              snapshot.worker_step_extremes, snapshot.clock_slowdowns]  # fmt: skip
+    read = source.Reported._fields.index("gpu_utilization")
+    return all(key in snapshot.by_job for table in tables for key in table) and all(
+        record[read + i] is table.get(key) for key, record in snapshot.by_job.items() for i, table in enumerate(tables)
+    )
+
+
 def same(a: Any, b: Any) -> bool:
     """Equal, NaN equal to NaN (a rate over no steps is NaN)."""
     return repr(a) == repr(b)
@@ -181,7 +202,7 @@ def test_rounds_joined_to_the_previous_hold_what_a_full_read_does(before: str) -
     assert snapshot.grid is not None and (snapshot.grid.start, snapshot.grid.end) == (END - WINDOW, END)
     full = fetch(before, END)
     assert same(flat(snapshot), flat(full)) and order(snapshot) == order(full)
-    assert snapshot.facts == full.facts
+    assert facts(snapshot) == facts(full) and records_hold_the_series(snapshot) and records_hold_the_series(full)
     # Each job's smallest and largest step time, taken as read, are its workers' own.
     assert snapshot.worker_step_extremes == full.worker_step_extremes
     assert set(full.worker_step_extremes) == set(full.worker_steps)
@@ -229,7 +250,7 @@ def test_a_round_after_the_data_changed(before: str, after: str) -> None:
     # In Prometheus' order, with what was kept where a full read would have it.
     assert list(joined.series["gpu_utilization"]) == sorted([*full.series["gpu_utilization"], (NS, GONE)])
     assert list(joined.worker_steps[NS, SHRUNK]) == [0, 1] and list(full.worker_steps[NS, SHRUNK]) == [0]
-    assert joined.facts == full.facts
+    assert facts(joined) == facts(full) and records_hold_the_series(joined)
 
 
 def test_a_full_read_when_the_previous_round_cannot_be_joined(before: str) -> None:
@@ -257,5 +278,5 @@ def test_label_sets_are_decoded_once_and_each_job_is_one_tuple(before: str) -> N
     keys = {key: key for key in first.jobs()}
     again = fetch(before, END + 30, first)
     assert again.label_sets is table and len(table) == decoded, "nothing new to decode"
-    by_job = (*again.series.values(), again.facts, again.worker_steps, again.clock_slowdowns)
+    by_job = (*again.series.values(), again.by_job, again.worker_steps, again.clock_slowdowns)
     assert all(key is keys[key] for mapping in by_job for key in mapping), "one tuple per job, round after round"

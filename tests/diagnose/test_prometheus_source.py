@@ -79,7 +79,7 @@ def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:
 def test_a_job_without_series_gets_nothing_invented(prometheus_url: str) -> None:
     windows, _ = collect(prometheus_url, {("ml", "absent"): source.JobFacts(age_seconds=60)})
     window = windows["ml", "absent"]
-    assert (window.gpus, window.gpu_utilization, window.data_wait_fraction) == (0, [], [])
+    assert (window.gpus, list(window.gpu_utilization), list(window.data_wait_fraction)) == (0, [], [])
     assert window.memory_used_mib is None and window.seconds_since_last_step is None and window.autocast is None
 
 
@@ -89,8 +89,11 @@ def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> N
     assert len(one.requests) == len(many.requests) == source.query_count() == 19
 
 
-def test_each_instant_query_fills_one_field_of_a_jobs_record() -> None:
-    assert list(source.instant_queries("15m")) == list(source.Reported._fields)
+def test_each_query_fills_one_field_of_a_jobs_record() -> None:
+    fields, instants = list(source.Reported._fields), list(source.instant_queries("15m"))
+    assert fields[: len(instants)] == instants
+    ranges = fields[len(instants) :]
+    assert ranges == [*source.range_queries(), "worker_steps", "worker_step_extremes", "clock_slowdowns"]
 
 
 def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> None:

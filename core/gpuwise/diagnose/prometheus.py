@@ -124,10 +124,11 @@ def instant_queries(window: str) -> dict[str, str]:
 
 
 class Reported(NamedTuple):
-    """What the instant queries (`instant_queries`, one field each) said of one job; None: not answered.
+    """What one round of queries read of one job; None: not answered.
 
-    One record a job, read by `Snapshot.window` with one lookup: 14 lookups in 14 tables of
-    10,000 jobs each, by then out of the CPU's caches, were a tenth of a cycle's per-job work.
+    First each instant query's answer (`instant_queries`, one field each), then the job's series.
+    One record a job, read by `Snapshot.window` with one lookup: a lookup in each query's table of
+    10,000 jobs, by then out of the CPU's caches, cost more than the rest of cutting the window.
     """
 
     sm_activity: float | None = None
@@ -144,6 +145,14 @@ class Reported(NamedTuple):
     pin_memory: float | None = None
     autocast: float | None = None
     cuda_reserved_peak_bytes: float | None = None
+    # The range queries' series (`range_queries`, one field each)...
+    gpu_utilization: Points | None = None
+    data_wait_fraction: Points | None = None
+    sm_active: Points | None = None
+    # ...and the per-worker ones, as `Snapshot` holds them.
+    worker_steps: Mapping[int, Points] | None = None
+    worker_step_extremes: tuple[float, float] | None = None
+    clock_slowdowns: Mapping[int, Points] | None = None
 
 
 NOT_REPORTED: Final = Reported()
@@ -256,7 +265,6 @@ class Snapshot:
     window_seconds: float
     step_seconds: float
     series: Mapping[str, Mapping[JobKey, Points]]
-    facts: Mapping[JobKey, Reported]
     # Per job, per worker index: (unix time, mean step seconds).
     worker_steps: Mapping[JobKey, Mapping[int, Points]] = field(default_factory=dict)
     # Per job, per worker index: the clock-slowdown bits at each sample.
@@ -264,6 +272,8 @@ class Snapshot:
     # Per job: the smallest and largest of its workers' step times (`straggler.step_extremes`),
     # taken as they are read: a rule reading them later, from memory, took 25 µs a job.
     worker_step_extremes: Mapping[JobKey, tuple[float, float]] = field(default_factory=dict)
+    # Per job, all of the above and the instant queries' facts in one record.
+    by_job: Mapping[JobKey, Reported] = field(default_factory=dict)
     # The times the range queries were evaluated at (`matrix.Grid.ending(now, ...)`).
     grid: matrix.Grid | None = None
     # What the label sets of this round's answers and earlier ones say: the next round decodes
@@ -272,46 +282,45 @@ class Snapshot:
 
     def jobs(self) -> list[JobKey]:
         """Every (namespace, trainingjob) that some query returned, sorted; unlabelled series left out."""
-        keys = {key for by_job in (*self.series.values(), self.facts) for key in by_job}
-        return sorted(key for key in keys if all(key))
+        return sorted(key for key in self.by_job if all(key))
 
     def window(self, key: JobKey, job: JobFacts) -> JobWindow:
-        fact = self.facts.get(key, NOT_REPORTED)
-        last_step, reserved, model = fact.last_step, fact.cuda_reserved_peak_bytes, fact.gpu_model
-        batch = _whole(fact.batch_size)
+        read = self.by_job.get(key, NOT_REPORTED)
+        last_step, reserved, model = read.last_step, read.cuda_reserved_peak_bytes, read.gpu_model
+        batch = _whole(read.batch_size)
         return JobWindow(
             window_seconds=self.window_seconds,
             sample_interval_seconds=self.step_seconds,
             job_age_seconds=job.age_seconds,
-            gpu_utilization=self._values("gpu_utilization", key),
-            data_wait_fraction=self._values("data_wait_fraction", key),
-            sm_active=self._values("sm_active", key),
-            sm_activity=fact.sm_activity,
-            tensor_activity=fact.tensor_activity,
-            memory_used_mib=fact.memory_used_mib,
-            memory_total_mib=fact.memory_total_mib,
+            gpu_utilization=_values(read.gpu_utilization),
+            data_wait_fraction=_values(read.data_wait_fraction),
+            sm_active=_values(read.sm_active),
+            sm_activity=read.sm_activity,
+            tensor_activity=read.tensor_activity,
+            memory_used_mib=read.memory_used_mib,
+            memory_total_mib=read.memory_total_mib,
             seconds_since_last_step=self.now - last_step if last_step is not None else None,
-            gpus=_whole(fact.gpus) or 0,
+            gpus=_whole(read.gpus) or 0,
             gpu_model=model,
             compute_capability=compute_capability(model),
             cpu_cores=job.cpu_cores,
             processes_per_node=job.processes_per_node,
             gradient_accumulation_steps=job.gradient_accumulation_steps,
             batch_size=batch,
-            num_workers=_whole(fact.num_workers),
-            pin_memory=_flag(fact.pin_memory),
-            autocast=_flag(fact.autocast),
+            num_workers=_whole(read.num_workers),
+            pin_memory=_flag(read.pin_memory),
+            autocast=_flag(read.autocast),
             memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
-            worker_step_seconds=self.worker_steps.get(key, {}),
-            worker_step_extremes=self.worker_step_extremes.get(key),
-            clock_slowdowns={worker: points.values for worker, points in self.clock_slowdowns.get(key, {}).items()},
-            pcie_tx_bytes_per_second=fact.pcie_tx_bytes_per_second,
-            pcie_rx_bytes_per_second=fact.pcie_rx_bytes_per_second,
+            worker_step_seconds=read.worker_steps or {},
+            worker_step_extremes=read.worker_step_extremes,
+            clock_slowdowns={worker: points.values for worker, points in (read.clock_slowdowns or {}).items()},
+            pcie_tx_bytes_per_second=read.pcie_tx_bytes_per_second,
+            pcie_rx_bytes_per_second=read.pcie_rx_bytes_per_second,
         )
 
-    def _values(self, name: str, key: JobKey) -> Sequence[float]:
-        points = self.series[name].get(key)
-        return points.values if points is not None else []
+
+def _values(points: Points | None) -> Sequence[float]:
+    return points.values if points is not None else ()
 
 
 class _GcPause:
@@ -358,10 +367,13 @@ def _facts(name: str, samples: Sequence[matrix.Pair], labels: LabelSets) -> dict
     return dict(zip([key for key, _, _ in said], map(parsed.__getitem__, values), strict=True))
 
 
-def _by_job(facts: Mapping[str, Mapping[JobKey, Any]]) -> dict[JobKey, Reported]:
-    """Each job's `Reported` record, from each instant query's answer by job."""
-    keys = dict.fromkeys(key for by_job in facts.values() for key in by_job)
-    answers = [facts.get(name, {}) for name in Reported._fields]
+def _by_job(
+    facts: Mapping[str, Mapping[JobKey, Any]], *per_job: Mapping[JobKey, Any]
+) -> dict[JobKey, Reported]:
+    """Each job's `Reported` record, from each instant query's answer by job (`facts`, by name)
+    and then the answers `per_job`, in the order of `Reported`'s fields after the instant queries'."""
+    answers = [facts.get(name, {}) for name in instant_queries("1m")] + list(per_job)
+    keys = dict.fromkeys(key for by_job in answers for key in by_job)
     return {key: Reported(*[answer.get(key) for answer in answers]) for key in keys}
 
 
@@ -402,8 +414,8 @@ def fetch(
     grid = matrix.Grid.ending(now, window_seconds, step_seconds)
     splice = Splice.after(previous, grid, window_seconds)
     labels = previous.label_sets if previous is not None else LabelSets()
-    if previous is not None:  # taken over: its facts are of no use, its series are taken as they are joined
-        take_over(previous.facts).clear()
+    if previous is not None:  # taken over: its records are of no use, its series are taken as they are joined
+        take_over(previous.by_job).clear()
     reader = Reader(grid, splice, labels)
     read = reader.read
 
@@ -433,20 +445,22 @@ def fetch(
             ranges = {name: pool.submit(job_series, name, query) for name, query in range_queries().items()}
             instants = {name: pool.submit(fact, name, query) for name, query in instant_queries(window).items()}
             series = {name: future.result() for name, future in ranges.items()}
-            facts = _by_job({name: future.result() for name, future in instants.items()})
+            facts = {name: future.result() for name, future in instants.items()}
             (worker_steps, extremes), slowdowns = steps.result(), clocks.result()
     except matrix.MalformedAnswer as exc:  # a label set that is not JSON
         raise PrometheusError(f"{source.url}: {exc}") from exc
-    labels.prune(lambda: {*facts, *worker_steps, *slowdowns, *(key for by_job in series.values() for key in by_job)})
+    by_job = _by_job(facts, *(series[name] for name in range_queries()), worker_steps, extremes, slowdowns)
+    del facts  # each fact is in its job's record now: not 14 tables of them besides
+    labels.prune(lambda: set(by_job))
     return Snapshot(
         now,
         window_seconds,
         step_seconds,
         series,
-        facts,
         worker_steps,
         slowdowns,
         extremes,
+        by_job,
         grid=grid,
         label_sets=labels,
     )
