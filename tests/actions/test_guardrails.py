@@ -9,7 +9,7 @@ import pytest
 
 from gpuwise import wiring
 from gpuwise.act.guardrails import Fleet, budget_refusal, job_refusal, reverted_before, window_open
-from gpuwise.act.machine import JobView, Plan, new_record, transition
+from gpuwise.act.machine import JobView, Plan, Refusal, new_record, transition
 from gpuwise.act.overrides import NONE
 from gpuwise.act.settings import ActionSettings, Budget
 from gpuwise.api.trainingjob import ActionKind, ActionState, TrainingJobSpec
@@ -83,20 +83,28 @@ def test_settings_errors_name_the_key_and_the_fix(tmp_path: Any) -> None:
 # --- per job -------------------------------------------------------------------------------------
 
 
+JOB_SETTINGS = ActionSettings(cooldown="30m", max_actions_per_job=2, min_runtime="10m")
+STARTED = NOW - timedelta(hours=1)
+
+
+def refused(job: JobView, records: list[Any] | None = None, at: datetime = NOW, **kw: Any) -> Refusal | None:
+    """`job_refusal` of PLAN (AdjustConfig) under JOB_SETTINGS for a job started an hour before NOW."""
+    return job_refusal(
+        job,
+        kind=kw.get("kind", ActionKind.ADJUST_CONFIG),
+        plan=PLAN,
+        records=records or [],
+        settings=kw.get("settings", JOB_SETTINGS),
+        started_at=STARTED,
+        now=at,
+    )
+
+
 def test_per_job_guardrails_in_order() -> None:
-    settings = ActionSettings(cooldown="30m", max_actions_per_job=2, min_runtime="10m")
-    started = NOW - timedelta(hours=1)
+    settings, started = JOB_SETTINGS, STARTED
 
     def refusal(job: JobView, records: list[Any] | None = None, at: datetime = NOW, **kw: Any) -> str | None:
-        found = job_refusal(
-            job,
-            kind=kw.get("kind", ActionKind.ADJUST_CONFIG),
-            plan=PLAN,
-            records=records or [],
-            settings=kw.get("settings", settings),
-            started_at=started,
-            now=at,
-        )
+        found = refused(job, records, at, **kw)
         return found.reason if found else None
 
     assert refusal(view()) is None
@@ -150,6 +158,10 @@ def test_a_change_reverted_as_worse_is_not_made_again() -> None:
 
     message = again(NUM_WORKERS="6")
     assert message is not None and message.startswith(f"action {started.id} made the same change (NUM_WORKERS=4)")
+    lasting = reverted_before(
+        job, ActionKind.ADJUST_CONFIG, Plan(PLAN.target, "m", changes={"NUM_WORKERS": "6"}), [worse]
+    )
+    assert lasting is not None and lasting.lasting, "holds while the records do"
     assert again(NUM_WORKERS="4", AMP="1") is not None, "with something else, still the same change"
     assert again(NUM_WORKERS="1") is None, "the other way"
     assert again(AMP="1") is None, "another setting"
@@ -159,3 +171,30 @@ def test_a_change_reverted_as_worse_is_not_made_again() -> None:
     sliced = worse.model_copy(update={"action": ActionKind.MIG_REPARTITION, "changes": {"migProfile": "1g.10gb"}})
     assert again(ActionKind.MIG_REPARTITION, sliced, migProfile="1g.10gb") is not None
     assert again(ActionKind.MIG_REPARTITION, sliced, migProfile="2g.20gb") is None, "a larger slice may do"
+
+
+def test_only_refusals_that_wait_on_the_clock_or_the_cluster_do_not_last() -> None:
+    # A lasting refusal holds while the job, its records and the recommendation stay as they are,
+    # so the runner does not plan that job again until one changes (Refusal.lasting).
+    earlier = new_record(ActionKind.ADJUST_CONFIG, "InputBound", PLAN, NONE, NOW - timedelta(hours=2))
+    done = transition(earlier, ActionState.DONE, "NoWorse", "kept", NOW - timedelta(minutes=10))
+    found = {
+        refusal.reason: refusal.lasting
+        for refusal in (
+            refused(view(), settings=JOB_SETTINGS.model_copy(update={"enabled": False})),
+            refused(view(), settings=JOB_SETTINGS.model_copy(update={"kinds": []})),
+            refused(view({wiring.ANNOTATION_DO_NOT_DISRUPT: "true"})),
+            refused(view(checkpoint={"enabled": False})),
+            refused(view(telemetry={"instrumentation": "Disabled"})),
+            refused(view(), at=STARTED + timedelta(minutes=5)),
+            refused(view(), [done]),
+            refused(view(), [done, done], at=NOW + timedelta(hours=1)),
+            budget_refusal("team-a", Fleet({"team-a": 1}, {"team-a": 1}), [Budget(jobs="1")], NOW),
+        )
+        if refusal is not None
+    }
+    assert found == {
+        "ActionsDisabled": True, "ActionKindDisabled": True, "DoNotDisrupt": True, "CheckpointDisabled": True,
+        "InstrumentationDisabled": True, "MaxActions": True,
+        "MinRuntime": False, "Cooldown": False, "BudgetExhausted": False,
+    }  # fmt: skip

@@ -269,6 +269,20 @@ def test_jobs_that_must_not_be_restarted_keep_recommending(
     assert uid_of_job(cluster, "bert") == job["metadata"]["uid"]
 
 
+def test_a_job_refused_until_it_changes_is_acted_on_once_it_does(
+    cluster: Cluster, operator: Operator, bert: Trainer
+) -> None:
+    # Refused for a reason that lasts while the job stays as it is: the runner does not plan it
+    # again every cycle, but it must not miss the job's change either.
+    start(cluster, trainingjob("bert", checkpoint={"enabled": False}))
+    (event,) = eventually(lambda: events(cluster, "ActionNotTaken", "bert"), timeout=30, what="ActionNotTaken")
+    assert "(CheckpointDisabled)" in event["message"]
+    time.sleep(2)  # cycles in which the refusal stands
+    assert actions_of(cluster, "bert") == []
+    cluster.patch(TJ_API, "TrainingJob", "bert", {"spec": {"checkpoint": {"enabled": True}}})
+    eventually(lambda: in_state(cluster, "bert", "WaitingForCheckpoint"), timeout=30, what="the action, at last")
+
+
 @pytest.mark.parametrize(
     "efficiency", [{"mode": "Recommend"}, {"actions": ["Reschedule"]}], ids=["recommend-mode", "not-listed"]
 )

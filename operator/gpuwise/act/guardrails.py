@@ -119,6 +119,7 @@ def reverted_before(job: JobView, kind: ActionKind, plan: Plan, records: Sequenc
                 "RevertedBefore",
                 f"action {record.id} made the same change ({changed}) and was reverted at "
                 f"{record.updated_at:%Y-%m-%d %H:%M:%S}: the job ran slower with it",
+                lasting=True,
             )
     return None
 
@@ -136,29 +137,35 @@ def job_refusal(
     """Why this job may not take `plan` now, if anything (budgets aside)."""
     if not settings.enabled:
         return Refusal(
-            "ActionsDisabled", "the operator's actions are off (settings actions.enabled, chart actions.enforce)"
+            "ActionsDisabled",
+            "the operator's actions are off (settings actions.enabled, chart actions.enforce)",
+            lasting=True,
         )
     if kind not in settings.kinds:
-        return Refusal("ActionKindDisabled", f"the operator is not set to take {kind.value} (settings actions.kinds)")
+        return Refusal(
+            "ActionKindDisabled", f"the operator is not set to take {kind.value} (settings actions.kinds)", lasting=True
+        )
     if do_not_disrupt(job):
-        return Refusal("DoNotDisrupt", f'the job is annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}: "true"')
+        return Refusal("DoNotDisrupt", f'the job is annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}: "true"', lasting=True)
     if plan.restart and not job.spec.checkpoint.enabled:
         return Refusal(
             "CheckpointDisabled",
             "the action restarts the job and spec.checkpoint.enabled is false: gpuwise never restarts it",
+            lasting=True,
         )
     if plan.restart and job.spec.telemetry.instrumentation is Instrumentation.DISABLED:
         return Refusal(
             "InstrumentationDisabled",
             "the action restarts the job after a checkpoint handshake, and with spec.telemetry.instrumentation "
             "Disabled nothing in the job can answer it",
+            lasting=True,
         )
     min_runtime = parse_duration(settings.min_runtime)
     if started_at is None or (now - started_at).total_seconds() < min_runtime:
         return Refusal("MinRuntime", f"the job has run less than {settings.min_runtime}")
     done = counted(records)
     if len(done) >= settings.max_actions_per_job:
-        return Refusal("MaxActions", f"the job has had {len(done)} action(s), the most allowed")
+        return Refusal("MaxActions", f"the job has had {len(done)} action(s), the most allowed", lasting=True)
     if records:
         cooldown = parse_duration(settings.cooldown)
         last = max(r.updated_at for r in records)

@@ -90,6 +90,9 @@ class Refusal:
 
     reason: str  # CamelCase
     message: str
+    # Whether the refusal holds for as long as the job's object, its pods, its action records and
+    # the recommendation stay as they are: not one that waits on the clock or the cluster.
+    lasting: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,8 @@ class Action:
     prepares_nodes: ClassVar[bool] = False
 
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
+        """What the recommendation would change, from its arguments alone (the cluster is `admit`'s):
+        the runner takes a refusal from here as lasting (`Refusal.lasting`)."""
         raise NotImplementedError
 
     async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Plan | Refusal:

@@ -94,6 +94,27 @@ def _started(body: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
+def _inputs(
+    body: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    records: Sequence[ActionRecord],
+    recommendations: Sequence[Recommendation],
+) -> tuple[Any, ...] | None:
+    """What a lasting refusal (`Refusal.lasting`) depends on: the job's object and its pods, as
+    their resource versions say (any change to one makes a new version), its action records, and
+    the recommendations to act on. None for an object without a version: not from an API server."""
+    version = body["metadata"].get("resourceVersion")
+    if version is None:
+        return None
+    return (
+        version,
+        tuple((pod.get("metadata") or {}).get("resourceVersion") for pod in pods),
+        len(records),
+        _progress(records),
+        tuple((r.action, r.finding, tuple(r.changes.items())) for r in recommendations),
+    )
+
+
 class Runner:
     def __init__(
         self, kube: Kube, settings: ActionSettings, acks: Acks, meter: Meter, *, kinds: Iterable[Action]
@@ -106,6 +127,10 @@ class Runner:
         self._plan_lock = asyncio.Lock()
         self._written: dict[JobKey, list[ActionRecord]] = {}
         self._told: dict[JobKey, set[str]] = {}  # refusals already told, until the job's next action
+        # Per job, what it looked like (`_inputs`) when every one of its recommendations was refused
+        # for a lasting reason: until it changes, the same refusals need no second validation of
+        # its spec and planning (Enforce jobs whose guardrails refuse, every cycle).
+        self._settled: dict[JobKey, tuple[Any, ...]] = {}
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -124,6 +149,11 @@ class Runner:
         in_flight = bool(records) and not is_final(records[-1])
         if not (in_flight or recommendations):
             return  # most jobs most cycles: nothing to advance, nothing to start
+        key = (meta["namespace"], meta["name"])
+        inputs = None if in_flight else _inputs(body, pods, records, recommendations)
+        if inputs is not None and self._settled.get(key) == inputs:
+            return  # refused as it was the last time
+        self._settled.pop(key, None)
         spec, problem = parse_spec(body)
         if spec is None or problem is not None:
             return
@@ -140,8 +170,8 @@ class Runner:
         job = JobView(meta["namespace"], meta["name"], body, spec, overrides, tuple(pods))
         if in_flight:
             await self._advance(job, records)
-        else:
-            await self._maybe_start(job, records, fleet, recommendations)
+        elif await self._maybe_start(job, records, fleet, recommendations) and inputs is not None:
+            self._settled[key] = inputs
 
     def records(self, namespace: str, name: str, body: Mapping[str, Any]) -> list[ActionRecord]:
         """The job's records: from its body, or what this runner wrote if the body is behind."""
@@ -154,6 +184,7 @@ class Runner:
     def forget(self, namespace: str, name: str) -> None:
         self._written.pop((namespace, name), None)
         self._told.pop((namespace, name), None)
+        self._settled.pop((namespace, name), None)
 
     # --- starting ---------------------------------------------------------------------------
 
@@ -177,8 +208,11 @@ class Runner:
         records: list[ActionRecord],
         fleet: Iterable[Mapping[str, Any]],
         recommendations: Sequence[Recommendation],
-    ) -> None:
+    ) -> bool:
+        """Start the first recommendation the guardrails let through, if any. Whether every one was
+        refused for a lasting reason (`Refusal.lasting`; `Action.plan`'s refusals all are)."""
         allowed = set(job.spec.efficiency.actions)
+        lasting = True
         for recommendation in recommendations:
             action = self.kinds.get(recommendation.action)
             if action is None or recommendation.action not in allowed:
@@ -190,6 +224,7 @@ class Runner:
             reverted = guardrails.reverted_before(job, recommendation.action, plan, records)
             if reverted is not None:
                 self._refused(job, recommendation, reverted)
+                lasting &= reverted.lasting
                 continue
             at = now()
             refusal = guardrails.job_refusal(
@@ -203,17 +238,18 @@ class Runner:
             )
             if refusal is not None:
                 self._refused(job, recommendation, refusal)
-                return
+                return lasting and refusal.lasting
             admitted = await action.admit(job, plan, ActContext(kube=self.kube, settings=self.settings, now=at))
             if isinstance(admitted, Refusal):
                 self._refused(job, recommendation, admitted)
+                lasting = False  # the cluster may have room next time
                 continue
             plan = admitted
             async with self._plan_lock:
                 refusal = guardrails.budget_refusal(job.namespace, self._fleet(fleet), self.settings.budgets, at)
                 if refusal is not None:
                     self._refused(job, recommendation, refusal)
-                    return
+                    return False
                 baseline = await self.meter.measure(job.namespace, job.name, at)
                 record = new_record(recommendation.action, recommendation.finding, plan, job.overrides, at)
                 record = record.model_copy(update={"baseline": baseline})
@@ -224,7 +260,8 @@ class Runner:
             self._event(job, record)
             if not is_final(record):
                 await self._advance(job, [*records, record])
-            return
+            return False
+        return lasting
 
     def _refused(self, job: JobView, recommendation: Recommendation, refusal: Refusal) -> None:
         """Say once (per action and reason, until the job's next action) why a recommendation stays
