@@ -720,8 +720,9 @@ RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
 
 
 def diagnose(ctx: Context) -> list[Diagnosis]:
-    """Every rule's finding, most confident first. An idle job gets only the Idle finding."""
-    found = [d for rule in RULES if (d := rule(ctx)) is not None]
-    if any(finding.kind == "Idle" for finding, _ in found):
-        found = [d for d in found if d[0].kind == "Idle"]
+    """Every rule's finding, most confident first. An idle job gets only the Idle finding: the
+    other rules are not asked about steps it does not take."""
+    if (idling := idle(ctx)) is not None:
+        return [idling]
+    found = [d for rule in RULES if rule is not idle and (d := rule(ctx)) is not None]
     return sorted(found, key=lambda d: -d[0].confidence)

@@ -94,9 +94,13 @@ class Sustain:
             raise ValueError("need 0 < release_fraction <= hold_fraction <= 1")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class JobWindow:
-    """What gpuwise observed of one job over its efficiency window."""
+    """What gpuwise observed of one job over its efficiency window.
+
+    Rules only read it. It is not frozen because a frozen dataclass sets each of its 28 fields
+    through object.__setattr__, a third of the cost of cutting 10,000 jobs' windows a cycle.
+    """
 
     window_seconds: float
     sample_interval_seconds: float
