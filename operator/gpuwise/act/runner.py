@@ -142,17 +142,13 @@ class Runner:
         recommendations: Sequence[Recommendation],
     ) -> None:
         """One cycle for one TrainingJob; `fleet` is every TrainingJob (for budgets)."""
-        meta = body["metadata"]
-        if meta.get("deletionTimestamp"):
+        if not self.pending(body, pods, recommendations):
             return
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
         records = self.records(meta["namespace"], meta["name"], body)
         in_flight = bool(records) and not is_final(records[-1])
-        if not (in_flight or recommendations):
-            return  # most jobs most cycles: nothing to advance, nothing to start
-        key = (meta["namespace"], meta["name"])
         inputs = None if in_flight else _inputs(body, pods, records, recommendations)
-        if inputs is not None and self._settled.get(key) == inputs:
-            return  # refused as it was the last time
         self._settled.pop(key, None)
         spec, problem = parse_spec(body)
         if spec is None or problem is not None:
@@ -172,6 +168,23 @@ class Runner:
             await self._advance(job, records)
         elif await self._maybe_start(job, records, fleet, recommendations) and inputs is not None:
             self._settled[key] = inputs
+
+    def pending(
+        self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], recommendations: Sequence[Recommendation]
+    ) -> bool:
+        """Whether `run` has anything to do for the job: an action in flight to advance, or
+        recommendations other than those refused as they stand (most jobs, most cycles: neither).
+        Cheap, and safe to ask without the job's lock: it writes nothing."""
+        meta = body["metadata"]
+        if meta.get("deletionTimestamp"):
+            return False
+        records = self.records(meta["namespace"], meta["name"], body)
+        if records and not is_final(records[-1]):
+            return True
+        if not recommendations:
+            return False
+        inputs = _inputs(body, pods, records, recommendations)
+        return inputs is None or self._settled.get((meta["namespace"], meta["name"])) != inputs
 
     def records(self, namespace: str, name: str, body: Mapping[str, Any]) -> list[ActionRecord]:
         """The job's records: from its body, or what this runner wrote if the body is behind."""

@@ -332,6 +332,8 @@ async def evaluate_job(
     raw = dict(body)
     meta = raw["metadata"]
     recommendations = await publish_efficiency(raw, evaluator, context.kube, logger)
+    if not runner.pending(raw, pods, recommendations):
+        return  # most jobs, most cycles: not even the job's lock is needed
     async with context.lock(meta["namespace"], meta["name"]):
         # The runner also advances any job's action in flight (one started before its mode changed).
         try:
