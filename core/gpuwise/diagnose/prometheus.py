@@ -243,7 +243,7 @@ class Prometheus:
             raise PrometheusError(f"{self.url}: {query!r}: {exc}") from exc
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one is made per job and cycle, and only read
 class JobFacts:
     """What the caller knows of a job that Prometheus does not: its age, CPU and configuration."""
 
@@ -367,9 +367,7 @@ def _facts(name: str, samples: Sequence[matrix.Pair], labels: LabelSets) -> dict
     return dict(zip([key for key, _, _ in said], map(parsed.__getitem__, values), strict=True))
 
 
-def _by_job(
-    facts: Mapping[str, Mapping[JobKey, Any]], *per_job: Mapping[JobKey, Any]
-) -> dict[JobKey, Reported]:
+def _by_job(facts: Mapping[str, Mapping[JobKey, Any]], *per_job: Mapping[JobKey, Any]) -> dict[JobKey, Reported]:
     """Each job's `Reported` record, from each instant query's answer by job (`facts`, by name)
     and then the answers `per_job`, in the order of `Reported`'s fields after the instant queries'."""
     answers = [facts.get(name, {}) for name in instant_queries("1m")] + list(per_job)

@@ -10,7 +10,6 @@ matching tunable still explains itself, with an empty change set.
 from __future__ import annotations
 
 import collections
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ class DiagnosisThresholds:
     release_margin: float = 0.2
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen, like JobWindow: one is made per job and cycle, and rules only read it
 class Context:
     window: JobWindow
     tunables: Tunables
@@ -81,14 +80,9 @@ class Context:
     # the kind: which worker a Straggler is, and its baseline before it slowed.
     previous: Mapping[str, Finding] = field(default_factory=dict)
 
-    @functools.cached_property
-    def _held(self) -> frozenset[str]:
-        """The active kinds and every kind of their families: what `is_active` asks, once per job."""
-        return self.active.union(*(family for family in FAMILIES if not family.isdisjoint(self.active)))
-
     def is_active(self, kind: str) -> bool:
         """Whether `kind`, or a kind of its family (`FAMILIES`), is active: its hysteresis applies."""
-        return kind in self._held
+        return kind in self.active or any(kind in family and not family.isdisjoint(self.active) for family in FAMILIES)
 
     def sustained(self, kind: str, series: Sequence[float], predicate: Callable[[float], bool]) -> bool:
         return holds(self.window, series, predicate, active=self.is_active(kind), sustain=self.sustain)

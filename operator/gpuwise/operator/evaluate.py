@@ -78,7 +78,7 @@ def _thresholds(gpu_utilization: float) -> DiagnosisThresholds:
     return DiagnosisThresholds(gpu_utilization=gpu_utilization)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per job and cycle, and only read
 class Evaluation:
     """One job's evaluation in a cycle, before it becomes status fields.
 
