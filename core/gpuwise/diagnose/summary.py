@@ -26,13 +26,15 @@ class Figures(NamedTuple):
 
 def figures(window: JobWindow) -> Figures:
     used, total = window.memory_used_mib, window.memory_total_mib
-    return Figures(
-        gpu_utilization=_clamped(window.mean(window.gpu_utilization), 100.0, 1),
-        sm_activity=_clamped(window.sm_activity, 1.0, 3),
-        data_wait_fraction=_clamped(window.mean(window.data_wait_fraction), 1.0, 3),
-        memory_headroom_fraction=_clamped(1 - used / total, 1.0, 3) if used is not None and total else None,
+    return Figures(  # positional: one per job and cycle, and keywords cost a NamedTuple twice as much
+        _clamped(window.mean(window.gpu_utilization), 100.0, 1),
+        _clamped(window.sm_activity, 1.0, 3),
+        _clamped(window.mean(window.data_wait_fraction), 1.0, 3),
+        _clamped(1 - used / total, 1.0, 3) if used is not None and total else None,
     )
 
 
 def _clamped(value: float | None, top: float, digits: int) -> float | None:
-    return round(min(max(value, 0.0), top), digits) if value is not None else None
+    if value is None:
+        return None
+    return round(0.0 if value < 0.0 else top if value > top else value, digits)

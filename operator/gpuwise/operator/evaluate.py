@@ -120,11 +120,11 @@ class Evaluation:
     def series(self) -> JobSeries:
         """The job's `gpuwise_job_*` gauges."""
         return JobSeries(
-            gpu_utilization=self.figures.gpu_utilization,
-            data_wait=self.figures.data_wait_fraction,
-            findings=tuple((finding.kind, finding.confidence) for finding in self.findings),
-            recommendations=tuple(sorted({(r.action.value, r.finding) for r in self.recommendations})),
-            utilization_threshold=self.utilization_threshold,
+            self.figures.gpu_utilization,
+            self.figures.data_wait_fraction,
+            tuple([(finding.kind, finding.confidence) for finding, _ in self.diagnoses]),
+            tuple(sorted({(r.action.value, r.finding) for _, r in self.diagnoses if r is not None})),
+            self.utilization_threshold,
         )
 
 
@@ -166,6 +166,9 @@ TOLERANCES: Final = Figures(
     data_wait_fraction=0.01,
     memory_headroom_fraction=0.01,
 )
+# Figures have at most 3 decimals (`Figures`), so their differences are multiples of 0.001 give or
+# take a double's rounding: one within this of a tolerance is the tolerance.
+_ROUNDING: Final = 1e-9
 _STORED_FIGURES: Final = tuple(EfficiencySummary.model_fields[name].alias or name for name in Figures._fields)
 STATUS_REFRESH_SECONDS: Final = 300.0
 
@@ -196,7 +199,7 @@ def worth_writing(new: Evaluation, old: Mapping[str, Any], now: datetime, refres
         if fresh is None or stored is None:
             if (fresh is None) != (stored is None):
                 return True  # measured now and not then, or the other way round
-        elif round(abs(fresh - stored), 6) >= tolerance:
+        elif abs(fresh - stored) >= tolerance - _ROUNDING:
             return True
     written = _parse_time(efficiency.get("updatedAt"))
     return written is not None and (now - written).total_seconds() >= refresh_seconds

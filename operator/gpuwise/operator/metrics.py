@@ -47,7 +47,7 @@ API_REQUESTS: Final = Counter(
 INFO: Final = Gauge("gpuwise_operator_info", "Always 1; the labels say which operator this is.", ["version"])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per job and cycle, and only read
 class JobSeries:
     """One job's per-job series, as its latest evaluation left them."""
 
