@@ -160,16 +160,19 @@ def _findings(status: Mapping[str, Any]) -> list[Finding]:
 
 # How far an efficiency figure moves before it is worth a write: one percentage point of
 # utilization, activity, data wait or memory headroom. Less is the window sliding, not the job changing.
-TOLERANCES: Final = Figures(
-    gpu_utilization=1.0,  # percent
-    sm_activity=0.01,
-    data_wait_fraction=0.01,
-    memory_headroom_fraction=0.01,
-)
+TOLERANCES: Final[Mapping[str, float]] = {  # by `Figures` field
+    "gpu_utilization": 1.0,  # percent
+    "sm_activity": 0.01,
+    "data_wait_fraction": 0.01,
+    "memory_headroom_fraction": 0.01,
+}
 # Figures have at most 3 decimals (`Figures`), so their differences are multiples of 0.001 give or
 # take a double's rounding: one within this of a tolerance is the tolerance.
 _ROUNDING: Final = 1e-9
-_STORED_FIGURES: Final = tuple(EfficiencySummary.model_fields[name].alias or name for name in Figures._fields)
+# Each figure's key in a stored status, and the least move of it worth a write.
+_COMPARED: Final = tuple(
+    (EfficiencySummary.model_fields[name].alias or name, TOLERANCES[name] - _ROUNDING) for name in Figures._fields
+)
 STATUS_REFRESH_SECONDS: Final = 300.0
 
 
@@ -194,12 +197,12 @@ def worth_writing(new: Evaluation, old: Mapping[str, Any], now: datetime, refres
     efficiency = old.get("efficiency") or {}
     if efficiency.get("topFinding") != new.top_finding:
         return True
-    for key, fresh, tolerance in zip(_STORED_FIGURES, new.figures, TOLERANCES, strict=True):
+    for (key, least), fresh in zip(_COMPARED, new.figures, strict=True):
         stored = efficiency.get(key)
         if fresh is None or stored is None:
             if (fresh is None) != (stored is None):
                 return True  # measured now and not then, or the other way round
-        elif abs(fresh - stored) >= tolerance - _ROUNDING:
+        elif abs(fresh - stored) >= least:
             return True
     written = _parse_time(efficiency.get("updatedAt"))
     return written is not None and (now - written).total_seconds() >= refresh_seconds
