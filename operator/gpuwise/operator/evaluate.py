@@ -54,6 +54,11 @@ def _stamp(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@functools.lru_cache(maxsize=4)
+def _second(unix_seconds: int) -> datetime:
+    return datetime.fromtimestamp(unix_seconds, tz=UTC)
+
+
 def _parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
@@ -233,11 +238,19 @@ class Evaluator:
         self.settings = JobSettingsCache()
         self._settings_turned = clock()
 
+    def now(self) -> datetime:
+        """The clock's time to the second, one object a second: every job of a cycle asks."""
+        return _second(int(self.clock()))
+
+    def ready(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot | None:
+        """This cycle's read, when it is done: for most jobs of a cycle, with no coroutine to await."""
+        current = self._snapshots.get((window_seconds, step_seconds))
+        return current if current is not None and self.clock() - current.now < self.cycle_seconds else None
+
     async def snapshot(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot:
         key = (window_seconds, step_seconds)
-        current = self._snapshots.get(key)
-        if current is not None and self.clock() - current.now < self.cycle_seconds:
-            return current  # most jobs of a cycle: its read is done
+        if (current := self.ready(window_seconds, step_seconds)) is not None:
+            return current
         async with self._locks[key]:
             now, previous = self.clock(), self._snapshots.get(key)
             if previous is not None and now - previous.now < self.cycle_seconds:
@@ -270,8 +283,9 @@ class Evaluator:
 
     async def evaluate(self, body: Mapping[str, Any], settings: JobSettings) -> Evaluation:
         meta = body["metadata"]
-        now = datetime.fromtimestamp(int(self.clock()), tz=UTC)
-        snapshot = await self.snapshot(settings.window_seconds, self.step_seconds)
+        now = self.now()
+        window_seconds, step_seconds = settings.window_seconds, self.step_seconds
+        snapshot = self.ready(window_seconds, step_seconds) or await self.snapshot(window_seconds, step_seconds)
         window = snapshot.window((meta["namespace"], meta["name"]), job_facts(body, settings, now))
         return evaluate_window(settings, window, body.get("status") or {}, now)
 
@@ -302,9 +316,7 @@ async def publish_efficiency(
     to_act_on = [r for r in evaluation.recommendations if enforced and r.action in settings.actions]
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
     JOBS.publish(meta["namespace"], meta["name"], evaluation.series(), ttl=3 * evaluator.cycle_seconds)
-    if not worth_writing(
-        evaluation, status, datetime.fromtimestamp(evaluator.clock(), tz=UTC), evaluator.refresh_seconds
-    ):
+    if not worth_writing(evaluation, status, evaluator.now(), evaluator.refresh_seconds):
         return to_act_on
     new = evaluation.status()
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
