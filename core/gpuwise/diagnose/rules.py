@@ -92,11 +92,15 @@ class Context:
         return value < limit * (1 + self.thresholds.release_margin if self.is_active(kind) else 1)
 
     def finding(self, kind: str, confidence: float, message: str, **evidence: object) -> Finding:
+        """A finding of `kind`, active since it first appeared; an int `worker` in the evidence is
+        also the finding's worker."""
+        worker = evidence.get("worker")
         return Finding(
             kind=kind,
             confidence=round(min(1.0, max(0.0, confidence)), 2),
             since=self.since.get(kind, self.now),
             message=message,
+            worker=worker if isinstance(worker, int) else None,
             evidence={key: _show(value) for key, value in evidence.items() if value is not None},
         )
 
@@ -439,7 +443,7 @@ def _straggler(ctx: Context, worker: int, peak: float, baseline: float, start: f
         changes={},
         expected_effect=f"up to {peak:.1f}x faster steps for the whole job",
     )
-    return finding.model_copy(update={"worker": worker}), recommendation
+    return finding, recommendation
 
 
 def slow_worker(ctx: Context, ratios: PeerRatios) -> Diagnosis | None:
@@ -463,7 +467,7 @@ def slow_worker(ctx: Context, ratios: PeerRatios) -> Diagnosis | None:
         worker=worker,
         slowdown=slowdown,
     )
-    return finding.model_copy(update={"worker": worker}), None
+    return finding, None
 
 
 def compute_activity(window: JobWindow) -> tuple[Sequence[float], str]:
@@ -631,7 +635,7 @@ def throttling(ctx: Context) -> Diagnosis | None:
         changes={},
         expected_effect="full clock speed on every worker",
     )
-    return finding.model_copy(update={"worker": worker}), recommendation
+    return finding, recommendation
 
 
 def communication_bound(ctx: Context) -> Diagnosis | None:
