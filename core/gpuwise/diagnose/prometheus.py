@@ -40,7 +40,7 @@ from gpuwise.observability.promql import sel, with_trainingjob
 BY_JOB: Final = "by (namespace, trainingjob)"
 MIB: Final = 1024 * 1024
 PARALLEL_QUERIES: Final = 4
-CHUNK_BYTES: Final = 1 << 20  # read from an answer at a time
+CHUNK_BYTES: Final = 1 << 18  # read from an answer at a time
 
 # Compute capability by GPU family, from the modelName label NVML reports (e.g. "NVIDIA H100 80GB HBM3").
 # NVML writes "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB": match a token.
