@@ -46,6 +46,7 @@ STRAGGLERS: Final = StragglerPolicy()
 # Kinds one rule names as the evidence tips one way or the other: they share hysteresis, so a
 # finding that changes its name (more workers would help / no CPU is left for them) keeps its hold.
 FAMILIES: Final[tuple[frozenset[str], ...]] = (frozenset({"InputBound", "CPUBoundInput"}),)
+_FAMILY_OF: Final = {kind: family for family in FAMILIES for kind in family}
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,9 @@ class Context:
 
     def is_active(self, kind: str) -> bool:
         """Whether `kind`, or a kind of its family (`FAMILIES`), is active: its hysteresis applies."""
-        return kind in self.active or any(kind in family and not family.isdisjoint(self.active) for family in FAMILIES)
+        return kind in self.active or (
+            (family := _FAMILY_OF.get(kind)) is not None and not family.isdisjoint(self.active)
+        )
 
     def sustained(self, kind: str, series: Sequence[float], predicate: Callable[[float], bool]) -> bool:
         return holds(self.window, series, predicate, active=self.is_active(kind), sustain=self.sustain)

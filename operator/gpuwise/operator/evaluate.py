@@ -128,7 +128,7 @@ class Evaluation:
             self.figures.gpu_utilization,
             self.figures.data_wait_fraction,
             tuple([(finding.kind, finding.confidence) for finding, _ in self.diagnoses]),
-            tuple(sorted({(r.action.value, r.finding) for _, r in self.diagnoses if r is not None})),
+            tuple(sorted({(r.action, r.finding) for _, r in self.diagnoses if r is not None})),  # StrEnum: a str
             self.utilization_threshold,
         )
 
