@@ -28,6 +28,8 @@ from gpuwise.diagnose.straggler import (
     job_peer_ratios,
     peer_ratios,
     persistent_slow_workers,
+    step_extremes,
+    step_extremes_by_job,
 )
 from gpuwise.diagnose.window import Points
 
@@ -316,3 +318,27 @@ def test_without_numpy_the_detector_takes_one_step_a_sample(monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy raises ImportError
     monkeypatch.delattr(_WorkerState, "skip_ahead")
     assert plain_and_fast(ratios, StragglerPolicy()) == (expected, expected) != ("[]", "[]")
+
+
+@pytest.mark.filterwarnings("error")
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_step_extremes_by_job_are_each_jobs_own(seed: int) -> None:
+    """Taken many jobs at a time, as a read does, they are what `step_extremes` takes of each."""
+    rng = random.Random(seed)
+
+    def worker() -> Points | list[tuple[float, float]]:
+        values = [
+            rng.choice([rng.uniform(0.1, 3.0), 0.5, math.nan, -1.0, 1e300]) for _ in range(rng.choice([0, 1, 5, 61]))
+        ]
+        times = [1_795_000_000.0 + 15 * k for k in range(len(values))]
+        return (
+            Points(array("d", times), array("d", values))
+            if rng.random() < 0.8
+            else list(zip(times, values, strict=True))
+        )
+
+    jobs = {("ns", f"job-{j}"): {w: worker() for w in range(rng.randint(0, 5))} for j in range(rng.randint(0, 40))}
+    expected = {key: found for key, workers in jobs.items() if (found := step_extremes(workers)) is not None}
+    got = step_extremes_by_job(jobs, batch=rng.choice([1, 3, 256]))
+    assert repr(sorted(got.items())) == repr(sorted(expected.items()))  # repr: NaN equal to NaN

@@ -32,7 +32,7 @@ from typing import Any, Final, NamedTuple
 from gpuwise.diagnose import matrix
 from gpuwise.diagnose.incremental import Reader, Splice, columns, take_over
 from gpuwise.diagnose.labels import JobKey, LabelSets
-from gpuwise.diagnose.straggler import step_extremes
+from gpuwise.diagnose.straggler import step_extremes_by_job
 from gpuwise.diagnose.window import JobWindow, Points
 from gpuwise.metrics import Metric, catalog
 from gpuwise.observability.promql import sel, with_trainingjob
@@ -426,7 +426,7 @@ def fetch(
     def step_times() -> tuple[dict[JobKey, dict[int, Points]], dict[JobKey, tuple[float, float]]]:
         old = splice.previous.worker_steps if splice is not None else {}
         steps = reader.per_worker(ranged(worker_step_query(step_seconds)), old)
-        return steps, {key: extremes for key, workers in steps.items() if (extremes := step_extremes(workers))}
+        return steps, step_extremes_by_job(steps)
 
     def clock_slowdowns() -> dict[JobKey, dict[int, Points]]:
         old = splice.previous.clock_slowdowns if splice is not None else {}
