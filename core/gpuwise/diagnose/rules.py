@@ -528,9 +528,11 @@ def oversized_gpu(ctx: Context) -> Diagnosis | None:
     w, t = ctx.window, ctx.thresholds
     if w.memory_used_mib is None or not w.memory_total_mib or w.gpus != max(1, len(w.worker_step_seconds)):
         return None
-    activity, metric = compute_activity(w)
     used = w.memory_used_mib / w.memory_total_mib
-    if not activity or not ctx.under("OversizedGPU", used, t.memory_headroom):
+    if not ctx.under("OversizedGPU", used, t.memory_headroom):
+        return None
+    activity, metric = compute_activity(w)
+    if not activity:
         return None
     if (wait := w.mean(w.data_wait_fraction)) is not None and wait >= t.data_wait_fraction:
         return None
