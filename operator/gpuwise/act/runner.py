@@ -142,13 +142,13 @@ class Runner:
         recommendations: Sequence[Recommendation],
     ) -> None:
         """One cycle for one TrainingJob; `fleet` is every TrainingJob (for budgets)."""
-        if not self.pending(body, pods, recommendations):
+        due = self._due(body, pods, recommendations)
+        if due is None:
             return
+        records, inputs = due
+        in_flight = bool(records) and not is_final(records[-1])
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
-        records = self.records(meta["namespace"], meta["name"], body)
-        in_flight = bool(records) and not is_final(records[-1])
-        inputs = None if in_flight else _inputs(body, pods, records, recommendations)
         self._settled.pop(key, None)
         spec, problem = parse_spec(body)
         if spec is None or problem is not None:
@@ -175,16 +175,26 @@ class Runner:
         """Whether `run` has anything to do for the job: an action in flight to advance, or
         recommendations other than those refused as they stand (most jobs, most cycles: neither).
         Cheap, and safe to ask without the job's lock: it writes nothing."""
+        return self._due(body, pods, recommendations) is not None
+
+    def _due(
+        self, body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], recommendations: Sequence[Recommendation]
+    ) -> tuple[list[ActionRecord], tuple[Any, ...] | None] | None:
+        """What `run` works from when it has something to do (`pending`): the job's records, and
+        what a lasting refusal of its recommendations would depend on (`_inputs`; None while an
+        action is in flight, or for an object without a version). None when it has nothing to do."""
         meta = body["metadata"]
         if meta.get("deletionTimestamp"):
-            return False
+            return None
         records = self.records(meta["namespace"], meta["name"], body)
         if records and not is_final(records[-1]):
-            return True
+            return records, None
         if not recommendations:
-            return False
+            return None
         inputs = _inputs(body, pods, records, recommendations)
-        return inputs is None or self._settled.get((meta["namespace"], meta["name"])) != inputs
+        if inputs is not None and self._settled.get((meta["namespace"], meta["name"])) == inputs:
+            return None  # refused as it was the last time
+        return records, inputs
 
     def records(self, namespace: str, name: str, body: Mapping[str, Any]) -> list[ActionRecord]:
         """The job's records: from its body, or what this runner wrote if the body is behind."""
