@@ -127,8 +127,8 @@ class Evaluation:
         return JobSeries(
             self.figures.gpu_utilization,
             self.figures.data_wait_fraction,
-            tuple([(finding.kind, finding.confidence) for finding, _ in self.diagnoses]),
-            tuple(sorted({(r.action, r.finding) for _, r in self.diagnoses if r is not None})),  # StrEnum: a str
+            tuple([(finding.kind, finding.confidence) for finding in self.findings]),
+            tuple(sorted({(r.action, r.finding) for r in self.recommendations})),  # StrEnum: a str
             self.utilization_threshold,
         )
 
