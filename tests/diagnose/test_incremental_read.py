@@ -169,12 +169,21 @@ def facts(snapshot: source.Snapshot) -> dict[JobKey, tuple[Any, ...]]:
 
 def records_hold_the_series(snapshot: source.Snapshot) -> bool:
     """Whether each job's record holds the snapshot's very series of the job, and every job has one."""
-    tables = [*(snapshot.series[name] for name in source.range_queries()), snapshot.worker_steps,
-              snapshot.worker_step_extremes, snapshot.clock_slowdowns]  # fmt: skip
-    read = source.Reported._fields.index("gpu_utilization")
-    return all(key in snapshot.by_job for table in tables for key in table) and all(
-        record[read + i] is table.get(key) for key, record in snapshot.by_job.items() for i, table in enumerate(tables)
+    tables = {
+        **{name: snapshot.series[name] for name in source.range_queries()},
+        "worker_steps": snapshot.worker_steps,
+        "clock_slowdowns": snapshot.clock_slowdowns,
+    }
+    return all(key in snapshot.by_job for table in tables.values() for key in table) and all(
+        getattr(record, name) is table.get(key)
+        for key, record in snapshot.by_job.items()
+        for name, table in tables.items()
     )
+
+
+def extremes(snapshot: source.Snapshot) -> dict[JobKey, tuple[float, float]]:
+    """Each job's smallest and largest step time, where its record has them."""
+    return {key: read.worker_step_extremes for key, read in snapshot.by_job.items() if read.worker_step_extremes}
 
 
 def same(a: Any, b: Any) -> bool:
@@ -204,9 +213,9 @@ def test_rounds_joined_to_the_previous_hold_what_a_full_read_does(before: str) -
     assert same(flat(snapshot), flat(full)) and order(snapshot) == order(full)
     assert facts(snapshot) == facts(full) and records_hold_the_series(snapshot) and records_hold_the_series(full)
     # Each job's smallest and largest step time, taken as read, are its workers' own.
-    assert snapshot.worker_step_extremes == full.worker_step_extremes
-    assert set(full.worker_step_extremes) == set(full.worker_steps)
-    for key, (low, high) in full.worker_step_extremes.items():
+    assert extremes(snapshot) == extremes(full)
+    assert set(extremes(full)) == set(full.worker_steps)
+    for key, (low, high) in extremes(full).items():
         steps = [value for points in full.worker_steps[key].values() for _, value in points]
         assert (low, high) == (min(steps), max(steps)), key
     assert len(flat(full)) == (3 + 2 * 2) * (len(JOBS) - 1), "every job but `new`: 3 series, 2 per worker"

@@ -151,6 +151,8 @@ class Reported(NamedTuple):
     sm_active: Points | None = None
     # ...and the per-worker ones, as `Snapshot` holds them.
     worker_steps: Mapping[int, Points] | None = None
+    # The smallest and largest of the workers' step times (`straggler.step_extremes`), taken as
+    # they are read: a rule taking them later, from memory, took 25 µs a job.
     worker_step_extremes: tuple[float, float] | None = None
     clock_slowdowns: Mapping[int, Points] | None = None
 
@@ -269,9 +271,6 @@ class Snapshot:
     worker_steps: Mapping[JobKey, Mapping[int, Points]] = field(default_factory=dict)
     # Per job, per worker index: the clock-slowdown bits at each sample.
     clock_slowdowns: Mapping[JobKey, Mapping[int, Points]] = field(default_factory=dict)
-    # Per job: the smallest and largest of its workers' step times (`straggler.step_extremes`),
-    # taken as they are read: a rule reading them later, from memory, took 25 µs a job.
-    worker_step_extremes: Mapping[JobKey, tuple[float, float]] = field(default_factory=dict)
     # Per job, all of the above and the instant queries' facts in one record.
     by_job: Mapping[JobKey, Reported] = field(default_factory=dict)
     # The times the range queries were evaluated at (`matrix.Grid.ending(now, ...)`).
@@ -457,7 +456,6 @@ def fetch(
         series,
         worker_steps,
         slowdowns,
-        extremes,
         by_job,
         grid=grid,
         label_sets=labels,
