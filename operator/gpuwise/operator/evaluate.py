@@ -94,22 +94,30 @@ class Evaluation:
     """
 
     figures: Figures
-    diagnoses: Sequence[Diagnosis]  # most confident first; none in Observe mode
+    findings: list[Finding]  # most confident first; none in Observe mode
+    recommendations: list[Recommendation]  # theirs, in the same order
     previous: Mapping[str, Finding]  # the stored status's findings by kind, as the rules held them
     utilization_threshold: float  # the job's spec.efficiency.thresholds.gpuUtilization
     at: datetime  # when: a finding new in it holds since then
 
-    @property
-    def findings(self) -> list[Finding]:
-        return [finding for finding, _ in self.diagnoses]
-
-    @property
-    def recommendations(self) -> list[Recommendation]:
-        return [r for _, r in self.diagnoses if r is not None]
+    @classmethod
+    def of(
+        cls,
+        figures: Figures,
+        diagnoses: Sequence[Diagnosis],
+        previous: Mapping[str, Finding],
+        utilization_threshold: float,
+        at: datetime,
+    ) -> Evaluation:
+        """The evaluation of the rules' `diagnoses`: their findings and recommendations are each read
+        two or three times (the write check, the gauges, the runner), so they are split once."""
+        findings = [finding for finding, _ in diagnoses]
+        recommendations = [r for _, r in diagnoses if r is not None]
+        return cls(figures, findings, recommendations, previous, utilization_threshold, at)
 
     @property
     def top_finding(self) -> str | None:
-        return self.diagnoses[0][0].kind if self.diagnoses else None
+        return self.findings[0].kind if self.findings else None
 
     def status(self) -> JsonDict:
         """The status fields the evaluation owns: `efficiency`, `findings`, `recommendations`."""
@@ -149,7 +157,7 @@ def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[
             previous=old_findings,
         )
         diagnoses = diagnose(context)
-    return Evaluation(figures(window), diagnoses, old_findings, settings.utilization_threshold, now)
+    return Evaluation.of(figures(window), diagnoses, old_findings, settings.utilization_threshold, now)
 
 
 def _findings(status: Mapping[str, Any]) -> list[Finding]:
