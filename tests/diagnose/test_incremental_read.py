@@ -157,28 +157,39 @@ def flat(snapshot: source.Snapshot) -> dict[tuple[Any, ...], list[tuple[float, f
     return points
 
 
+# A record's fields that hold the snapshot's series (`records_hold_the_series`); the others are facts.
+SERIES_FIELDS = (*source.range_queries(), "worker_step_seconds", "worker_step_extremes", "clock_slowdowns")
+
+
 def facts(snapshot: source.Snapshot) -> dict[JobKey, tuple[Any, ...]]:
-    """The instant queries' answers in each job's record, for the jobs they answered for."""
-    answered = len(source.instant_queries("1m"))
-    return {
-        key: read[:answered]
-        for key, read in snapshot.by_job.items()
-        if read[:answered] != source.NOT_REPORTED[:answered]
-    }
+    """The instant queries' answers in each job's record (the fields holding no series), where it has any."""
+
+    def answers(read: source.Reported) -> tuple[Any, ...]:
+        return tuple(value for name, value in read._asdict().items() if name not in SERIES_FIELDS)
+
+    nothing = answers(source.NOT_REPORTED)
+    return {key: answers(read) for key, read in snapshot.by_job.items() if answers(read) != nothing}
 
 
 def records_hold_the_series(snapshot: source.Snapshot) -> bool:
     """Whether each job's record holds the snapshot's very series of the job, and every job has one."""
-    tables = {
-        **{name: snapshot.series[name] for name in source.range_queries()},
-        "worker_steps": snapshot.worker_steps,
-        "clock_slowdowns": snapshot.clock_slowdowns,
-    }
-    return all(key in snapshot.by_job for table in tables.values() for key in table) and all(
-        getattr(record, name) is table.get(key)
-        for key, record in snapshot.by_job.items()
-        for name, table in tables.items()
-    )
+    ranges = [snapshot.series[name] for name in source.range_queries()]
+    tables = [*ranges, snapshot.worker_steps, snapshot.clock_slowdowns]
+    if not all(key in snapshot.by_job for table in tables for key in table):
+        return False
+    for key, record in snapshot.by_job.items():
+        for name in source.range_queries():
+            points, held = snapshot.series[name].get(key), getattr(record, name)
+            if (held is not points.values) if points is not None else held != ():
+                return False
+        steps, clocks = snapshot.worker_steps.get(key), snapshot.clock_slowdowns.get(key) or {}
+        if (record.worker_step_seconds is not steps) if steps else record.worker_step_seconds != {}:
+            return False
+        if list(record.clock_slowdowns) != list(clocks) or any(
+            record.clock_slowdowns[worker] is not points.values for worker, points in clocks.items()
+        ):
+            return False
+    return True
 
 
 def extremes(snapshot: source.Snapshot) -> dict[JobKey, tuple[float, float]]:

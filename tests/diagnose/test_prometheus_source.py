@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterator
@@ -89,11 +90,21 @@ def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> N
     assert len(one.requests) == len(many.requests) == source.query_count() == 19
 
 
-def test_each_query_fills_one_field_of_a_jobs_record() -> None:
-    fields, instants = list(source.Reported._fields), list(source.instant_queries("15m"))
-    assert fields[: len(instants)] == instants
-    ranges = fields[len(instants) :]
-    assert ranges == [*source.range_queries(), "worker_steps", "worker_step_extremes", "clock_slowdowns"]
+def test_a_jobs_record_is_its_windows_fields_in_their_order() -> None:
+    """`Snapshot.window` passes a record's fields as positional arguments: they must line up."""
+    fields = [field.name for field in dataclasses.fields(JobWindow)]
+    snapshot_and_age = ["window_seconds", "sample_interval_seconds", "job_age_seconds"]
+    job = ["cpu_cores", "processes_per_node", "gradient_accumulation_steps"]  # JobFacts' after its age
+    assert fields == [*snapshot_and_age, *source.Reported._fields, *job]
+    assert list(source.JobFacts.__slots__) == ["age_seconds", *job]
+    assert set(source.range_queries()) < set(source.Reported._fields)
+
+
+def test_a_window_of_a_job_not_reported_holds_its_facts_only() -> None:
+    snapshot = source.Snapshot(now=1000.0, window_seconds=300, step_seconds=15, series={})
+    job = source.JobFacts(age_seconds=60, cpu_cores=4, processes_per_node=2, gradient_accumulation_steps=3)
+    window = snapshot.window(("ml", "absent"), job)
+    assert window == JobWindow(300, 15, 60, gpus=0, cpu_cores=4, processes_per_node=2, gradient_accumulation_steps=3)
 
 
 def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> None:

@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 from gpuwise.diagnose import matrix
@@ -124,48 +125,45 @@ def instant_queries(window: str) -> dict[str, str]:
 
 
 class Reported(NamedTuple):
-    """What one round of queries read of one job; None: not answered.
+    """What one round of queries read of one job, as its window holds it; None: not answered.
 
-    First each instant query's answer (`instant_queries`, one field each), then the job's series.
-    One record a job, read by `Snapshot.window` with one lookup: a lookup in each query's table of
-    10,000 jobs, by then out of the CPU's caches, cost more than the rest of cutting the window.
+    `JobWindow`'s fields from `gpu_utilization` to `pcie_rx_bytes_per_second`, in their order: a
+    window is the snapshot's settings, the job's age, these, then the job's own facts, all as
+    positional arguments (`Snapshot.window`). Made for every job at once as the round ends
+    (`_by_job`), one table at a time: taken a job at a time as its timer asks, each of a
+    record's objects was by then out of the CPU's caches, and cutting the windows cost more
+    than making them here.
     """
 
+    # The range queries' values (`range_queries`)...
+    gpu_utilization: Sequence[float] = ()
+    data_wait_fraction: Sequence[float] = ()
+    sm_active: Sequence[float] = ()
+    # ...the instant queries' facts (`instant_queries`)...
     sm_activity: float | None = None
     tensor_activity: float | None = None
     memory_used_mib: float | None = None
     memory_total_mib: float | None = None
-    pcie_tx_bytes_per_second: float | None = None
-    pcie_rx_bytes_per_second: float | None = None
-    gpus: float | None = None
+    seconds_since_last_step: float | None = None
+    gpus: int = 0
     gpu_model: str | None = None
-    last_step: float | None = None
-    batch_size: float | None = None
-    num_workers: float | None = None
-    pin_memory: float | None = None
-    autocast: float | None = None
-    cuda_reserved_peak_bytes: float | None = None
-    # The range queries' series (`range_queries`, one field each)...
-    gpu_utilization: Points | None = None
-    data_wait_fraction: Points | None = None
-    sm_active: Points | None = None
-    # ...and the per-worker ones, as `Snapshot` holds them.
-    worker_steps: Mapping[int, Points] | None = None
+    compute_capability: tuple[int, int] | None = None
+    batch_size: int | None = None
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    autocast: bool | None = None
+    memory_by_batch: Sequence[tuple[int, float]] = ()
+    # ...and the per-worker series, the step times as `Snapshot.worker_steps` holds them.
+    worker_step_seconds: Mapping[int, Points] = MappingProxyType({})
     # The smallest and largest of the workers' step times (`straggler.step_extremes`), taken as
     # they are read: a rule taking them later, from memory, took 25 µs a job.
     worker_step_extremes: tuple[float, float] | None = None
-    clock_slowdowns: Mapping[int, Points] | None = None
+    clock_slowdowns: Mapping[int, Sequence[float]] = MappingProxyType({})
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
 
 
 NOT_REPORTED: Final = Reported()
-
-
-def _whole(value: float | None) -> int | None:
-    return int(value) if value is not None else None
-
-
-def _flag(value: float | None) -> bool | None:
-    return bool(value) if value is not None else None
 
 
 class PrometheusError(RuntimeError):
@@ -284,42 +282,15 @@ class Snapshot:
         return sorted(key for key in self.by_job if all(key))
 
     def window(self, key: JobKey, job: JobFacts) -> JobWindow:
-        read = self.by_job.get(key, NOT_REPORTED)
-        last_step, reserved, model = read.last_step, read.cuda_reserved_peak_bytes, read.gpu_model
-        batch = _whole(read.batch_size)
         return JobWindow(
-            window_seconds=self.window_seconds,
-            sample_interval_seconds=self.step_seconds,
-            job_age_seconds=job.age_seconds,
-            gpu_utilization=_values(read.gpu_utilization),
-            data_wait_fraction=_values(read.data_wait_fraction),
-            sm_active=_values(read.sm_active),
-            sm_activity=read.sm_activity,
-            tensor_activity=read.tensor_activity,
-            memory_used_mib=read.memory_used_mib,
-            memory_total_mib=read.memory_total_mib,
-            seconds_since_last_step=self.now - last_step if last_step is not None else None,
-            gpus=_whole(read.gpus) or 0,
-            gpu_model=model,
-            compute_capability=compute_capability(model),
-            cpu_cores=job.cpu_cores,
-            processes_per_node=job.processes_per_node,
-            gradient_accumulation_steps=job.gradient_accumulation_steps,
-            batch_size=batch,
-            num_workers=_whole(read.num_workers),
-            pin_memory=_flag(read.pin_memory),
-            autocast=_flag(read.autocast),
-            memory_by_batch=[(batch, reserved / MIB)] if batch and reserved else [],
-            worker_step_seconds=read.worker_steps or {},
-            worker_step_extremes=read.worker_step_extremes,
-            clock_slowdowns={worker: points.values for worker, points in (read.clock_slowdowns or {}).items()},
-            pcie_tx_bytes_per_second=read.pcie_tx_bytes_per_second,
-            pcie_rx_bytes_per_second=read.pcie_rx_bytes_per_second,
+            self.window_seconds,
+            self.step_seconds,
+            job.age_seconds,
+            *self.by_job.get(key, NOT_REPORTED),
+            job.cpu_cores,
+            job.processes_per_node,
+            job.gradient_accumulation_steps,
         )
-
-
-def _values(points: Points | None) -> Sequence[float]:
-    return points.values if points is not None else ()
 
 
 class _GcPause:
@@ -366,12 +337,61 @@ def _facts(name: str, samples: Sequence[matrix.Pair], labels: LabelSets) -> dict
     return dict(zip([key for key, _, _ in said], map(parsed.__getitem__, values), strict=True))
 
 
-def _by_job(facts: Mapping[str, Mapping[JobKey, Any]], *per_job: Mapping[JobKey, Any]) -> dict[JobKey, Reported]:
-    """Each job's `Reported` record, from each instant query's answer by job (`facts`, by name)
-    and then the answers `per_job`, in the order of `Reported`'s fields after the instant queries'."""
-    answers = [facts.get(name, {}) for name in instant_queries("1m")] + list(per_job)
-    keys = dict.fromkeys(key for by_job in answers for key in by_job)
-    return {key: Reported(*[answer.get(key) for answer in answers]) for key in keys}
+def _by_job(
+    now: float,
+    facts: Mapping[str, Mapping[JobKey, Any]],
+    *,
+    series: Mapping[str, Mapping[JobKey, Points]],
+    worker_steps: Mapping[JobKey, Mapping[int, Points]],
+    extremes: Mapping[JobKey, tuple[float, float]],
+    slowdowns: Mapping[JobKey, Mapping[int, Points]],
+) -> dict[JobKey, Reported]:
+    """Each job's `Reported` record, from each query's answer by job: `facts` and `series` by the
+    name of their query. Every field is one column for all the jobs, then one record a job."""
+    answers = [*facts.values(), *series.values(), worker_steps, extremes, slowdowns]
+    keys = list(dict.fromkeys(itertools.chain.from_iterable(answers)))
+
+    def column(answer: Mapping[JobKey, Any]) -> list[Any]:
+        return list(map(answer.get, keys))
+
+    def fact(name: str) -> list[Any]:
+        return column(facts[name])
+
+    def values(name: str) -> list[Sequence[float]]:
+        return [points.values if points is not None else () for points in column(series[name])]
+
+    def whole(name: str) -> list[int | None]:
+        return [int(value) if value is not None else None for value in fact(name)]
+
+    def flag(name: str) -> list[bool | None]:
+        return [bool(value) if value is not None else None for value in fact(name)]
+
+    models, batches = fact("gpu_model"), whole("batch_size")
+    no_workers: Mapping[int, Points] = NOT_REPORTED.worker_step_seconds
+    columns = [
+        *map(values, range_queries()),
+        *map(fact, ("sm_activity", "tensor_activity", "memory_used_mib", "memory_total_mib")),
+        [now - last if last is not None else None for last in fact("last_step")],
+        [int(gpus) if gpus is not None else 0 for gpus in fact("gpus")],
+        models,
+        list(map(compute_capability, models)),
+        batches,
+        whole("num_workers"),
+        flag("pin_memory"),
+        flag("autocast"),
+        [
+            ((batch, reserved / MIB),) if batch and reserved else ()
+            for batch, reserved in zip(batches, fact("cuda_reserved_peak_bytes"), strict=True)
+        ],
+        [workers or no_workers for workers in column(worker_steps)],
+        column(extremes),
+        [
+            {worker: points.values for worker, points in workers.items()} if workers else no_workers
+            for workers in column(slowdowns)
+        ],
+        *map(fact, ("pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second")),
+    ]
+    return dict(zip(keys, map(Reported, *columns), strict=True))
 
 
 def fetch(
@@ -446,7 +466,7 @@ def fetch(
             (worker_steps, extremes), slowdowns = steps.result(), clocks.result()
     except matrix.MalformedAnswer as exc:  # a label set that is not JSON
         raise PrometheusError(f"{source.url}: {exc}") from exc
-    by_job = _by_job(facts, *(series[name] for name in range_queries()), worker_steps, extremes, slowdowns)
+    by_job = _by_job(now, facts, series=series, worker_steps=worker_steps, extremes=extremes, slowdowns=slowdowns)
     del facts  # each fact is in its job's record now: not 14 tables of them besides
     labels.prune(lambda: set(by_job))
     return Snapshot(

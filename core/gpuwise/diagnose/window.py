@@ -99,7 +99,10 @@ class JobWindow:
     """What gpuwise observed of one job over its efficiency window.
 
     Rules only read it. It is not frozen because a frozen dataclass sets each of its 28 fields
-    through object.__setattr__, a third of the cost of cutting 10,000 jobs' windows a cycle.
+    through object.__setattr__, a third of the cost of cutting 10,000 jobs' windows a cycle. The
+    fields from `gpu_utilization` to `pcie_rx_bytes_per_second` are, in order, those of a Prometheus
+    snapshot's record of the job (`gpuwise.diagnose.prometheus.Reported`), so that a window is
+    made from one with its fields as positional arguments.
     """
 
     window_seconds: float
@@ -118,13 +121,10 @@ class JobWindow:
     gpus: int = 1
     gpu_model: str | None = None
     compute_capability: tuple[int, int] | None = None
-    cpu_cores: float | None = None  # the pod's CPU limit (or request), bounds loader workers
-    processes_per_node: int = 1  # training processes sharing those cores (numProcPerNode), each with its loaders
     batch_size: int | None = None
     num_workers: int | None = None
     pin_memory: bool | None = None
     autocast: bool | None = None
-    gradient_accumulation_steps: int | None = None  # what the job runs with (its declared tunable's env value)
     # (batch size, peak CUDA memory in MiB) pairs the job reported, for the memory model.
     memory_by_batch: Sequence[tuple[int, float]] = field(default_factory=tuple)
     # Per worker index: (unix time, mean step seconds) samples, for stragglers.
@@ -137,6 +137,10 @@ class JobWindow:
     # Mean PCIe traffic per GPU over the window, bytes/s (TX: sent by the GPU, RX: received).
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
+    # From the job's spec, not from what it reported: last, after what a snapshot holds (`Reported`).
+    cpu_cores: float | None = None  # the pod's CPU limit (or request), bounds loader workers
+    processes_per_node: int = 1  # training processes sharing those cores (numProcPerNode), each with its loaders
+    gradient_accumulation_steps: int | None = None  # what the job runs with (its declared tunable's env value)
 
     @property
     def expected_samples(self) -> int:
