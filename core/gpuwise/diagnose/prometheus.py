@@ -296,9 +296,10 @@ class Snapshot:
 class _GcPause:
     """Cyclic garbage collection paused while any thread holds it, and restored after the last.
 
-    Decoding a round of answers for 10,000 jobs allocates some 500,000 dicts and lists; every
-    700 allocations start a collection over what is alive, about 1,000 collections and 0.6 s of
-    CPU per round on the benchmark, to find no cycle: JSON has none. Reference counting still
+    Decoding a round of answers for 10,000 jobs, and making each job's record of them, allocates
+    some 500,000 dicts, lists and tuples; every 700 allocations start a collection over what is
+    alive, about 1,000 collections and 0.6 s of CPU per round on the benchmark, to find no cycle:
+    JSON has none, nor do the records. Reference counting still
     frees everything meanwhile; cycles made elsewhere wait for the next collection.
     """
 
@@ -464,9 +465,11 @@ def fetch(
             series = {name: future.result() for name, future in ranges.items()}
             facts = {name: future.result() for name, future in instants.items()}
             (worker_steps, extremes), slowdowns = steps.result(), clocks.result()
+            by_job = _by_job(
+                now, facts, series=series, worker_steps=worker_steps, extremes=extremes, slowdowns=slowdowns
+            )
     except matrix.MalformedAnswer as exc:  # a label set that is not JSON
         raise PrometheusError(f"{source.url}: {exc}") from exc
-    by_job = _by_job(now, facts, series=series, worker_steps=worker_steps, extremes=extremes, slowdowns=slowdowns)
     del facts  # each fact is in its job's record now: not 14 tables of them besides
     labels.prune(lambda: set(by_job))
     return Snapshot(
