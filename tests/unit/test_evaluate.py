@@ -10,7 +10,7 @@ import pytest
 from gpuwise.act.overrides import annotation_patch
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.diagnose.window import JobWindow
-from gpuwise.operator.evaluate import evaluate_window, job_facts, worth_writing
+from gpuwise.operator.evaluate import evaluate_window, job_facts, refresh_phase, worth_writing
 from gpuwise.operator.job_settings import JobSettings, cpu_cores, job_settings
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -133,6 +133,36 @@ def test_a_figure_moving_less_than_its_tolerance_is_not_written_until_the_refres
     assert worth_writing(moved, stored, NOW + timedelta(seconds=30), refresh_seconds=300), "one point of utilization"
     waits_less = evaluate_window(spec(), input_bound(data_wait_fraction=[0.59] * 60), stored, NOW)
     assert worth_writing(waits_less, stored, NOW + timedelta(seconds=30), refresh_seconds=300)
+
+
+def test_unchanged_statuses_written_in_one_cycle_are_refreshed_spread_over_the_interval() -> None:
+    """1,000 jobs first written in one cycle: each is rewritten once per interval, never older than
+    it and a cycle, and no cycle takes more than twice its share of the rewrites."""
+    refresh, cycle, jobs = 300.0, 30.0, [f"job-{i}" for i in range(1000)]
+    stored = evaluate_window(spec(), input_bound(), {}, NOW).status()
+    unchanged = evaluate_window(spec(), input_bound(), stored, NOW)
+    written = dict.fromkeys(jobs, NOW)
+    per_cycle, oldest = [], 0.0
+    for k in range(1, 21):
+        now = NOW + timedelta(seconds=k * cycle)
+        due = [
+            job
+            for job in jobs
+            if worth_writing(
+                unchanged,
+                {**stored, "efficiency": {**stored["efficiency"], "updatedAt": f"{written[job]:%Y-%m-%dT%H:%M:%SZ}"}},
+                now,
+                refresh,
+                refresh_phase("ml", job, refresh),
+            )
+        ]
+        oldest = max(oldest, *((now - written[job]).total_seconds() for job in jobs))
+        written.update(dict.fromkeys(due, now))
+        per_cycle.append(len(due))
+    assert sum(per_cycle[:10]) == sum(per_cycle[10:]) == len(jobs), "each once per interval"
+    assert max(per_cycle) <= 2 * len(jobs) * cycle / refresh and oldest <= refresh + cycle
+    phases = [refresh_phase("ml", job, refresh) for job in jobs]
+    assert phases == [refresh_phase("ml", job, refresh) for job in jobs] and 0 <= min(phases) < max(phases) < refresh
 
 
 def test_a_figure_appearing_or_a_finding_changing_is_written_at_once() -> None:
