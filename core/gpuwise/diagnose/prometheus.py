@@ -125,7 +125,8 @@ def instant_queries(window: str) -> dict[str, str]:
 
 
 class Reported(NamedTuple):
-    """What one round of queries read of one job, as its window holds it; None: not answered.
+    """What one round of queries read of one job, as its window holds it; not answered: None, an
+    empty series or mapping, or no GPU (`gpus` 0), as each field's default says.
 
     `JobWindow`'s fields from `gpu_utilization` to `pcie_rx_bytes_per_second`, in their order: a
     window is the snapshot's settings, the job's age, these, then the job's own facts, all as
@@ -299,8 +300,8 @@ class _GcPause:
     Decoding a round of answers for 10,000 jobs, and making each job's record of them, allocates
     some 500,000 dicts, lists and tuples; every 700 allocations start a collection over what is
     alive, about 1,000 collections and 0.6 s of CPU per round on the benchmark, to find no cycle:
-    JSON has none, nor do the records. Reference counting still
-    frees everything meanwhile; cycles made elsewhere wait for the next collection.
+    JSON has none, nor do the records. Reference counting still frees everything meanwhile;
+    cycles made elsewhere wait for the next collection.
     """
 
     def __init__(self) -> None:
