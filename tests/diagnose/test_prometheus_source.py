@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import time
 from collections.abc import Iterator
@@ -88,6 +89,16 @@ def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> N
     one = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600)})[1]
     many = collect(prometheus_url, {("ns", f"job-{i}"): source.JobFacts(age_seconds=3600) for i in range(500)})[1]
     assert len(one.requests) == len(many.requests) == source.query_count() == 19
+
+
+def test_a_snapshot_is_left_out_of_the_cycles_collections(prometheus_url: str) -> None:
+    snapshot = source.fetch(Counting(prometheus_url), now=time.time(), window_seconds=8, step_seconds=1)
+    try:
+        assert JOB in snapshot.by_job
+        assert gc.get_freeze_count() > 0
+        assert not any(o is snapshot.by_job for o in gc.get_objects()), "frozen until the next read"
+    finally:
+        gc.unfreeze()
 
 
 def test_a_jobs_record_is_its_windows_fields_in_their_order() -> None:

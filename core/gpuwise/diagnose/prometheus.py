@@ -14,13 +14,10 @@ last few steps and join them to what the previous round read (`fetch(previous=)`
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import itertools
 import json
 import re
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,6 +28,7 @@ from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 from gpuwise.diagnose import matrix
+from gpuwise.diagnose.heap import read_heap
 from gpuwise.diagnose.incremental import Reader, Splice, columns, take_over
 from gpuwise.diagnose.labels import JobKey, LabelSets
 from gpuwise.diagnose.straggler import step_extremes_by_job
@@ -294,40 +292,6 @@ class Snapshot:
         )
 
 
-class _GcPause:
-    """Cyclic garbage collection paused while any thread holds it, and restored after the last.
-
-    Decoding a round of answers for 10,000 jobs, and making each job's record of them, allocates
-    some 500,000 dicts, lists and tuples; every 700 allocations start a collection over what is
-    alive, about 1,000 collections and 0.6 s of CPU per round on the benchmark, to find no cycle:
-    JSON has none, nor do the records. Reference counting still frees everything meanwhile;
-    cycles made elsewhere wait for the next collection.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._restore = False
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._holders == 0:
-                self._restore = gc.isenabled()
-                gc.disable()
-            self._holders += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._holders -= 1
-                if self._holders == 0 and self._restore:
-                    gc.enable()
-
-
-gc_paused: Final = _GcPause()
-
-
 def _facts(name: str, samples: Sequence[matrix.Pair], labels: LabelSets) -> dict[JobKey, Any]:
     raws, values = columns(samples)
     said = labels.of(raws)
@@ -458,7 +422,7 @@ def fetch(
 
     window = f"{int(window_seconds)}s"
     try:
-        with gc_paused(), ThreadPoolExecutor(PARALLEL_QUERIES, thread_name_prefix="prometheus") as pool:
+        with read_heap.read(), ThreadPoolExecutor(PARALLEL_QUERIES, thread_name_prefix="prometheus") as pool:
             # The two largest answers first: the others are decoded while Prometheus evaluates them.
             steps, clocks = pool.submit(step_times), pool.submit(clock_slowdowns)
             ranges = {name: pool.submit(job_series, name, query) for name, query in range_queries().items()}
