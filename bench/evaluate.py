@@ -23,7 +23,8 @@ the straggler detector, which needs three workers to compare, cost what they cos
   but no HTTP request is made (a patch bumps the stored resourceVersion, as the API server does).
   The first cycle after a start is the cold one: it reads whole windows and writes every status.
   Later ones, 30 s apart, are the operator's steady state: they read what is new since the last
-  cycle and write only what changed. The CPU target is judged on those.
+  cycle and write only what changed. The CPU target is judged on those. The last cycle's window
+  ends where the data does, as a running operator's ends at the last scrape.
   kopf's own cost of running 10,000 timers is not measured.
 - for reference, window + diagnosis alone over the last snapshot (a part of (b), not added to it);
 - the naive way, the same 19 quantities per job restricted to that job, for a sample of jobs,
@@ -75,6 +76,7 @@ from gpuwise.operator.reconcile import Context
 JsonDict = dict[str, Any]
 TARGET_CPU_SECONDS: Final = 2.0
 TARGET_RSS_MIB: Final = 300.0
+CYCLE_SECONDS: Final = 30.0  # the operator's default evaluation interval
 NAMESPACES: Final = 100
 MODEL: Final = "NVIDIA H100 80GB HBM3"
 FB_TOTAL_MIB: Final = 81_559
@@ -417,7 +419,7 @@ def status_findings(bodies: Iterable[JsonDict]) -> dict[str, int]:
 
 async def operator_cycles(args: argparse.Namespace) -> dict[str, Any]:
     """`--cycles` evaluation cycles over every job, as the operator runs them, `evaluation_seconds` apart."""
-    cycle = 30.0
+    cycle = CYCLE_SECONDS
     clock = [args.now]
     settings = OperatorSettings(prometheus_url=args.measure, evaluation_seconds=cycle)
     source = Counting(args.measure, timeout=300)
@@ -583,6 +585,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if promtool is None:
         raise SystemExit("needs promtool and prometheus (Debian package 'prometheus'; make system-deps)")
     interval, history = int(parse_duration(args.interval)), int(parse_duration(args.history))
+    spanned = parse_duration(args.window) + (args.cycles + (1 if args.profile else 0)) * CYCLE_SECONDS
+    if history < spanned:
+        raise SystemExit(
+            f"--history {args.history} is shorter than the window and the cycles span: give {spanned:.0f}s or more"
+        )
     end = int(time.time()) // interval * interval
     with tempfile.TemporaryDirectory(prefix="gpuwise-bench-") as tmp:
         work = Path(tmp)
@@ -606,8 +613,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(f"promtool failed: {done.stderr[-2000:]}")
         backfilled = time.perf_counter() - started
         text.unlink()
+        # The last cycle reads up to the end of the data, as a running operator reads up to the last
+        # scrape: a cycle past it would see every series stop (no rate() without samples).
+        first = end - (args.cycles - 1 + (1 if args.profile else 0)) * CYCLE_SECONDS
         with running(work, {"global": {"scrape_interval": "15s"}}) as server:
-            command = [sys.executable, "-m", "bench.evaluate", "--measure", server.url, "--now", str(end)]
+            command = [sys.executable, "-m", "bench.evaluate", "--measure", server.url, "--now", str(first)]
             command += ["--jobs", str(args.jobs), "--workers", str(args.workers), "--window", args.window]
             command += ["--step", args.step]
             command += ["--cycles", str(args.cycles), "--sample", str(args.sample)]

@@ -49,3 +49,8 @@ def test_a_patch_stores_a_new_object_with_the_next_resource_version() -> None:
     assert patched is not None and patched is not body and patched["status"]["restarts"] == 1
     assert int(patched["metadata"]["resourceVersion"]) == int(body["metadata"]["resourceVersion"]) + 1
     assert patched["spec"] is body["spec"]  # a status write leaves the spec object as it was, like a watch's copy
+
+
+def test_a_history_shorter_than_the_window_and_cycles_is_refused_before_any_work() -> None:
+    with pytest.raises(SystemExit, match=r"--history 16m is shorter .* give 990s or more"):
+        evaluate.main(["--jobs", "3", "--history", "16m", "--window", "15m", "--cycles", "3"])
