@@ -1,7 +1,8 @@
 """How a read of Prometheus treats Python's cyclic garbage collector.
 
-A round's snapshot is most of the operator's heap (some 2 million objects at 10,000 jobs), and it
-lives exactly one cycle, until the next read replaces it. The collector cannot know that:
+A round's snapshot (some 300,000 objects the collector tracks at 10,000 jobs) lives exactly one
+cycle, until the next read replaces it, and most of the rest of the heap (the TrainingJobs as
+the watch delivered them) lives longer. The collector cannot know that:
 
 - While a read decodes its answers it allocates some 500,000 dicts, lists and tuples. Every 700
   allocations would start a collection over what is alive, about 1,000 collections and 0.6 s of
@@ -9,7 +10,7 @@ lives exactly one cycle, until the next read replaces it. The collector cannot k
   collector is paused while a read runs (`paused`); reference counting frees everything meanwhile.
 - Left in the young generations, the new snapshot would then be scanned by the cycle's first
   collection and again by the next older one (0.05-0.1 s a cycle), and every few cycles a full
-  collection went over the whole heap (0.3 s). So what is alive when a read ends is frozen
+  collection went over the whole heap (0.3-0.4 s). So what is alive when a read ends is frozen
   (`gc.freeze`): the cycle's collections scan only what the cycle makes.
 - The next read thaws it first (`gc.unfreeze`), so that the old snapshot is ordinary garbage
   again. Frozen objects are still freed by reference counting; only cyclic garbage among them
