@@ -417,6 +417,12 @@ def status_findings(bodies: Iterable[JsonDict]) -> dict[str, int]:
     return dict(sorted(kinds.items()))
 
 
+def cycles_run(args: argparse.Namespace) -> int:
+    """The cycles the measurement runs: `--cycles`, and with `--profile` one more, profiled and not reported."""
+    cycles: int = args.cycles
+    return cycles + (1 if args.profile else 0)
+
+
 async def operator_cycles(args: argparse.Namespace) -> dict[str, Any]:
     """`--cycles` evaluation cycles over every job, as the operator runs them, `evaluation_seconds` apart."""
     cycle = CYCLE_SECONDS
@@ -437,7 +443,7 @@ async def operator_cycles(args: argparse.Namespace) -> dict[str, Any]:
     window, step = parse_duration(args.window), parse_duration(args.step)
     bodies_rss = rss_mib()
     cycles = []
-    for number in range(args.cycles + (1 if args.profile else 0)):
+    for number in range(cycles_run(args)):
         clock[0] = args.now + number * cycle
         queries, writes = len(source.requests), kube.writes.copy()
         wall, cpu = time.perf_counter(), time.process_time()
@@ -585,7 +591,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if promtool is None:
         raise SystemExit("needs promtool and prometheus (Debian package 'prometheus'; make system-deps)")
     interval, history = int(parse_duration(args.interval)), int(parse_duration(args.history))
-    spanned = parse_duration(args.window) + (args.cycles + (1 if args.profile else 0)) * CYCLE_SECONDS
+    spanned = parse_duration(args.window) + cycles_run(args) * CYCLE_SECONDS
     if history < spanned:
         raise SystemExit(
             f"--history {args.history} is shorter than the window and the cycles span: give {spanned:.0f}s or more"
@@ -615,7 +621,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         text.unlink()
         # The last cycle reads up to the end of the data, as a running operator reads up to the last
         # scrape: a cycle past it would see every series stop (no rate() without samples).
-        first = end - (args.cycles - 1 + (1 if args.profile else 0)) * CYCLE_SECONDS
+        first = end - (cycles_run(args) - 1) * CYCLE_SECONDS
         with running(work, {"global": {"scrape_interval": "15s"}}) as server:
             command = [sys.executable, "-m", "bench.evaluate", "--measure", server.url, "--now", str(first)]
             command += ["--jobs", str(args.jobs), "--workers", str(args.workers), "--window", args.window]
