@@ -281,7 +281,8 @@ def test_a_full_read_when_the_previous_round_cannot_be_joined(before: str) -> No
 
     assert starts(END, fetch(before, END - 30)) == {END - 30 - OVERLAP_STEPS * STEP}
     assert starts(END, fetch(before, END - WINDOW)) == {END - WINDOW}, "as old as the window"
-    assert starts(END, fetch(before, END - WINDOW + 30)) == {END - WINDOW}, "the re-read would start before it"
+    at_the_start = fetch(before, END - WINDOW + OVERLAP_STEPS * STEP)
+    assert starts(END, at_the_start) == {END - WINDOW}, "the re-read would start at the window's"
     assert starts(END - 60, fetch(before, END)) == {END - 60 - WINDOW}, "the clock went back"
     assert starts(END, fetch(before, END - 30), window=240) == {END - 240}, "another window"
     other_step = source.fetch(source.Prometheus(before), now=END - 30, window_seconds=WINDOW, step_seconds=30)

@@ -20,7 +20,7 @@ from gpuwise.diagnose.window import Points, slowdown_bits
 if TYPE_CHECKING:  # the snapshot's module reads with this one: only its type is needed here
     from gpuwise.diagnose.prometheus import Snapshot
 
-OVERLAP_STEPS: Final = 2  # re-read by an incremental read before the previous one's last point (see `fetch`)
+OVERLAP_STEPS: Final = 1  # re-read by an incremental read before the previous one's last point (see `fetch`)
 K = TypeVar("K")
 V = TypeVar("V")
 

@@ -376,10 +376,12 @@ def fetch(
     Incremental reads (`gpuwise.diagnose.incremental`). Given the `previous` round's snapshot (same
     window and step), each range query asks only from `OVERLAP_STEPS` before that round's last
     point on; its answer replaces the previous points from there, and the previous points before
-    it, still in the new window, are kept (`Splice`). The overlap re-reads the points that a scrape
+    it, still in the new window, are kept (`Splice`). The re-read covers the points that a scrape
     ingested just after the previous round could have changed: a scrape's samples are stored at
     most its timeout, at most one scrape interval, after their time, and the step is the scrape
-    interval. At 10,000 jobs a series is then 5 points instead of 61. The snapshot holds what a
+    interval, so only the previous last point could have; the step before it is a margin for a
+    scrape that late again, or a clock a step apart from Prometheus'. At 10,000 jobs a series is
+    then 4 points instead of 61. The snapshot holds what a
     full read would, value for value and in the same order, unless Prometheus' data changed further
     back than the overlap: a sample stored that late (a remote-write backlog, a backfill) is seen
     by full reads only, that is after the operator restarts, or after a pause longer than the
