@@ -61,16 +61,19 @@ def _second(unix_seconds: int) -> datetime:
     return datetime.fromtimestamp(unix_seconds, tz=UTC)
 
 
-def _parse_time(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+# Every job's startTime, and the few updatedAt stamps its statuses share, are read every cycle and
+# change seldom: parsed once each. Bounded, so that jobs come and gone over months are not all kept
+# (a fleet larger than this parses them as before).
+@functools.lru_cache(maxsize=1 << 15)
+def _unix_seconds(text: str) -> float:
+    """An API server's timestamp (RFC 3339, e.g. "2026-11-24T10:00:00Z") in seconds since the epoch."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def job_facts(body: Mapping[str, Any], settings: JobSettings, now: datetime) -> prometheus.JobFacts:
-    started = _parse_time((body.get("status") or {}).get("startTime")) or _parse_time(
-        body.get("metadata", {}).get("creationTimestamp")
-    )
+    started = (body.get("status") or {}).get("startTime") or body.get("metadata", {}).get("creationTimestamp")
     return prometheus.JobFacts(
-        age_seconds=(now - started).total_seconds() if started else 0.0,
+        age_seconds=now.timestamp() - _unix_seconds(started) if started else 0.0,
         cpu_cores=settings.cpu_cores,
         processes_per_node=settings.processes_per_node,
         gradient_accumulation_steps=settings.gradient_accumulation_steps,
@@ -233,11 +236,11 @@ def worth_writing(
                 return True  # measured now and not then, or the other way round
         elif abs(fresh - stored) >= least:
             return True
-    written = _parse_time(efficiency.get("updatedAt"))
-    if written is None:
+    written = efficiency.get("updatedAt")
+    if not written:
         return False
     at = now.timestamp()
-    return written.timestamp() < at - (at - phase_seconds) % refresh_seconds  # the job's latest refresh
+    return _unix_seconds(written) < at - (at - phase_seconds) % refresh_seconds  # the job's latest refresh
 
 
 class Evaluator:
