@@ -2,7 +2,8 @@
 
 Two servers over backfilled history: `before` holds what Prometheus had at one round, `after`
 what it has at the next, where some samples changed within the re-read overlap, one changed
-further back, a job is new, one is gone and a worker stopped reporting. Every job has two
+further back, a job is new, one is gone, a worker stopped reporting and a job's GPU slowed down
+(only such jobs' clock reasons are read: `clock_reasons_query`). Every job has two
 GPUs of whole-number utilization: Prometheus' `avg` of a join adds its inputs in no fixed order,
 and only so are its results the same double whatever the order (see `history`).
 """
@@ -35,17 +36,22 @@ END = int(time.time()) // STEP * STEP - 600  # the history's last sample; rounds
 REREAD = END - OVERLAP_STEPS * STEP  # where a round after one at END starts reading again
 NS = "ml"
 # Jobs, by what happens to them between the two servers' histories.
-STEADY, LATE, BACKFILLED, NEW, GONE, SHRUNK, STARTED, STOPPED = (
-    "steady",
+STEADY, LATE, BACKFILLED, NEW, GONE, SHRUNK, STARTED, STOPPED, HEATED, COOLED = (
+    "steady",  # its GPUs at their software power cap throughout: busy, not slowed down
     "late",  # utilization samples changed from one step before the first round's last point
     "backfilled",  # one utilization sample changed further back
     "new",  # only in `after`, with all its history
     "gone",  # only in `before`
-    "shrunk",  # worker 1's step times and clock reasons only in `before`
+    "shrunk",  # worker 1's step times and clock reasons only in `before`; worker 0 slowed down throughout
     "started",  # series from END - 150 on
     "stopped",  # series up to END - 60
+    "heated",  # worker 0's GPU slowed down at END, in `after` only: new in the clock reasons' answer
+    "cooled",  # worker 0's GPU slowed down once, long enough before END that only `before`'s round reads it
 )
-JOBS = (STEADY, LATE, BACKFILLED, NEW, GONE, SHRUNK, STARTED, STOPPED)
+JOBS = (STEADY, LATE, BACKFILLED, NEW, GONE, SHRUNK, STARTED, STOPPED, HEATED, COOLED)
+# The one slowdown of `cooled`: the oldest sample the clock reasons' filter sees at END, not at END + 30.
+COOLED_AT = END - WINDOW - source.CLOCK_FILTER_MARGIN_SECONDS + STEP
+CLOCKED = (SHRUNK, COOLED)  # the jobs whose clock reasons `before` answers with
 
 
 def history(*, after: bool) -> str:
@@ -82,11 +88,16 @@ def history(*, after: bool) -> str:
             series(catalog.BATCH_SIZE, process, dict.fromkeys(times, "32"))
             if job == SHRUNK and worker == 1 and after:
                 continue
-            throttled = job == SHRUNK and worker == 0
+            throttled = {
+                SHRUNK: lambda k, t: k % 3 == 0,
+                HEATED: lambda k, t: after and t == END,
+                COOLED: lambda k, t: t == COOLED_AT,
+            }.get(job, lambda k, t: False)
+            unthrottled = "4" if job == STEADY else "0"
             series(
                 catalog.CLOCKS_EVENT_REASONS,
                 pod,
-                {t: "96" if throttled and k % 3 == 0 else "0" for k, t in enumerate(times)},
+                {t: "96" if worker == 0 and throttled(k, t) else unthrottled for k, t in enumerate(times)},
             )
             seconds = [0.5 * (1 + 0.1 * worker + 0.02 * (k % 5)) for k in range(len(times))]
             counts = [sum(STEP / s for s in seconds[: k + 1]) for k in range(len(times))]
@@ -229,20 +240,28 @@ def test_rounds_joined_to_the_previous_hold_what_a_full_read_does(before: str) -
     for key, (low, high) in extremes(full).items():
         steps = [value for points in full.worker_steps[key].values() for _, value in points]
         assert (low, high) == (min(steps), max(steps)), key
-    assert len(flat(full)) == (3 + 2 * 2) * (len(JOBS) - 1), "every job but `new`: 3 series, 2 per worker"
+    # Every job but `new`: 3 series and each worker's step times; the clock reasons of two jobs' workers.
+    assert len(flat(full)) == (3 + 2) * (len(JOBS) - 1) + 2 * len(CLOCKED)
+    assert list(full.clock_slowdowns) == sorted((NS, job) for job in CLOCKED)
     # Series that started or stopped within the window, joined as they are.
     assert flat(snapshot)["gpu_utilization", (NS, STARTED)][0][0] == END - 150
     assert flat(snapshot)["steps", (NS, STOPPED), 0][-1][0] < END
     # What the rules get is the values, as before.
     window = snapshot.window((NS, STEADY), source.JobFacts(age_seconds=3600))
     assert list(window.gpu_utilization) == [v for _, v in full.series["gpu_utilization"][NS, STEADY]]
+    assert window.clock_slowdowns == {}, "no slowdown bit, nor any higher one: not read"
+    window = snapshot.window((NS, SHRUNK), source.JobFacts(age_seconds=3600))
     assert set(window.clock_slowdowns) == {0, 1} and not any(window.clock_slowdowns[1])
 
 
 def test_a_round_after_the_data_changed(before: str, after: str) -> None:
     previous = fetch(before, END)
     was = flat(previous)  # `fetch` takes the previous round's series over
-    joined, full = fetch(after, END + 30, previous), fetch(after, END + 30)
+    client = Recording(after)
+    joined = source.fetch(client, now=END + 30, window_seconds=WINDOW, step_seconds=STEP, previous=previous)
+    full = fetch(after, END + 30)
+    # `heated` is new in the clock reasons' answer: that query read the whole window again.
+    assert sorted(client.starts) == [END + 30 - WINDOW] + [END - OVERLAP_STEPS * STEP] * 5
     now, whole = flat(joined), flat(full)
     start = END + 30 - WINDOW
 
@@ -255,6 +274,10 @@ def test_a_round_after_the_data_changed(before: str, after: str) -> None:
         if job == GONE or (job == SHRUNK and rest[1:] == [1] and name in ("steps", "clocks")):
             # Gone from the answer: its points from before the re-read start, as the previous round had them.
             assert series not in whole and same(now[series], kept(was[series])) and now[series], series
+        elif job == COOLED and name == "clocks":
+            # Its slowdown is before what the filter sees now: out of the answer, and its points all zeros.
+            assert series not in whole and same(now[series], kept(was[series])) and now[series], series
+            assert not any(value for _, value in now[series])
         elif job == NEW:
             # New in the answer: its points from the re-read start on (a full read also has its older ones).
             assert same(now[series], [(t, v) for t, v in whole[series] if t >= REREAD]), series

@@ -40,7 +40,7 @@ class Splice:
         self.previous, self.window, self.read = previous, window, read
         step = window.step_ms
         # A series on its grid before (`before_times`) keeps the values at `kept`.
-        self.before_times, self._before_first = before.times, before.first_ms
+        self.before_times, self._before_first, self._before_last = before.times, before.first_ms, before.last_ms
         self.kept = slice((window.first_ms - before.first_ms) // step, (read.first_ms - before.first_ms) // step)
         self.before_zeros, self.read_zeros = before.zeros(), read.zeros()
         self.zeros = Points(window.times, window.zeros())  # for every series of zeros throughout
@@ -59,6 +59,10 @@ class Splice:
             return None  # the clock went back, or the previous round is about as old as the window
         count = (window.last_ms - reread_ms) // window.step_ms + 1
         return cls(previous, before, window, matrix.Grid(reread_ms, window.step_ms, count))
+
+    def reached(self, old: Points) -> bool:
+        """Whether `old`, a previous round's series, has a point at that round's last step: it was answered."""
+        return bool(old.times) and round(old.times[-1] * 1000) == self._before_last
 
     def join(self, old: Points, new: Points) -> Points:
         """The points of a series in both answers, whatever their times."""

@@ -32,7 +32,7 @@ from gpuwise.diagnose.heap import read_heap
 from gpuwise.diagnose.incremental import Reader, Splice, columns, take_over
 from gpuwise.diagnose.labels import JobKey, LabelSets
 from gpuwise.diagnose.straggler import step_extremes_by_job
-from gpuwise.diagnose.window import JobWindow, Points
+from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Points
 from gpuwise.metrics import Metric, catalog
 from gpuwise.observability.promql import sel, with_trainingjob
 
@@ -74,18 +74,34 @@ def range_queries() -> dict[str, str]:
     }
 
 
-def clock_reasons_query() -> str:
-    """Per worker, at each sample, the clock-event reasons mask of its GPU with the highest one.
+# How much further back than the window the clock-reasons filter looks (`clock_reasons_query`):
+# a range query's first point may show a sample up to Prometheus' lookback delta (5 min by
+# default) older than itself.
+CLOCK_FILTER_MARGIN_SECONDS: Final = 600
+
+
+def clock_reasons_query(window_seconds: float) -> str:
+    """Per worker, at each sample, the clock-event reasons mask of its GPU with the highest one;
+    only for the jobs one of whose GPUs set a `CLOCK_SLOWDOWNS` bit, or a higher one, lately.
 
     PromQL has no bitwise operators, and the arithmetic that extracts bits costs Prometheus three
     times this whole query at 10,000 jobs, so the slowdown bits are taken in Python
     (`slowdown_bits`). The max of a worker's GPUs is one GPU's real mask, so it never invents a
     slowdown; it can hide one where another GPU has a higher benign bit at that sample (sync boost
     0x10, display clocks 0x100), which datacenter GPUs rarely set.
+
+    A mask under the lowest slowdown bit has none, so a job whose masks all were stays out of
+    the answer: what the throttling rule makes of its series of zeros (nothing) is what it makes
+    of none. "Lately" is since the window and `CLOCK_FILTER_MARGIN_SECONDS` before the query's
+    end (`@ end()`), so that every point of the answer is of a job that passed, whichever sample
+    it shows. Most GPUs of a fleet are never throttled: at 10,000 jobs of 4 workers the answer
+    held 40,000 series of zeros, a sixth of the read's CPU.
     """
-    return (
-        f"max by (namespace, trainingjob, worker) ({with_trainingjob(sel(catalog.CLOCKS_EVENT_REASONS), worker=True)})"
-    )
+    reasons, lately = sel(catalog.CLOCKS_EVENT_REASONS), int(window_seconds) + CLOCK_FILTER_MARGIN_SECONDS
+    worst = f"max_over_time({reasons}[{lately}s] @ end())"
+    per_worker = f"max by (namespace, trainingjob, worker) ({with_trainingjob(reasons, worker=True)})"
+    slowed = f"max {BY_JOB} ({with_trainingjob(worst)}) >= {min(CLOCK_SLOWDOWNS)}"
+    return f"{per_worker} and on (namespace, trainingjob) ({slowed})"
 
 
 def worker_step_query(step_seconds: float) -> str:
@@ -381,14 +397,18 @@ def fetch(
     most its timeout, at most one scrape interval, after their time, and the step is the scrape
     interval, so only the previous last point could have; the step before it is a margin for a
     scrape that late again, or a clock a step apart from Prometheus'. At 10,000 jobs a series is
-    then 4 points instead of 61. The snapshot holds what a
-    full read would, value for value and in the same order, unless Prometheus' data changed further
+    then 4 points instead of 61. The snapshot holds what a full read would, value for value and in
+    the same order, unless Prometheus' data changed further
     back than the overlap: a sample stored that late (a remote-write backlog, a backfill) is seen
     by full reads only, that is after the operator restarts, or after a pause longer than the
     window. A series absent from the new answer keeps its previous points older than the re-read;
     one new in it has its new points only (a full read would show any older ones too). A full read
     is done when there is no previous round, it had another window or step, its last point is after
-    this one's (the clock went back), or the re-read would start at or before the window.
+    this one's (the clock went back), or the re-read would start at or before the window. The
+    clock reasons answer only for jobs whose GPUs slowed down lately (`clock_reasons_query`): one
+    that was not answered before has had its series all along, so when there is one, that query
+    reads the whole window again, a request more in that round. A job that leaves the answer
+    keeps its previous points, all zeros then, as any series that is gone does.
     (Prometheus' own `avg` of a join adds its inputs in no fixed order, so two full reads may
     differ in the last bit of a job's mean utilization: a joined read matches one of them.)
 
@@ -416,8 +436,17 @@ def fetch(
         return steps, step_extremes_by_job(steps)
 
     def clock_slowdowns() -> dict[JobKey, dict[int, Points]]:
-        old = splice.previous.clock_slowdowns if splice is not None else {}
-        return reader.per_worker(ranged(clock_reasons_query()), old, clocks=True)
+        query = clock_reasons_query(window_seconds)
+        if splice is None:
+            return reader.per_worker(ranged(query), {}, clocks=True)
+        # A job new in the filtered answer may have had its GPUs' masks all along: read its window.
+        old = splice.previous.clock_slowdowns
+        answered = {key for key, workers in old.items() if any(splice.reached(points) for points in workers.values())}
+        joined = reader.per_worker(ranged(query), old, clocks=True)
+        if answered.issuperset(joined):
+            return joined
+        whole = source.range_texts(query, grid.start, grid.end, grid.step)
+        return Reader(grid, None, labels).per_worker(whole, {}, clocks=True)
 
     def fact(name: str, query: str) -> dict[JobKey, Any]:
         return _facts(name, source.vector(query, now), labels)
@@ -453,5 +482,6 @@ def fetch(
 
 
 def query_count() -> int:
-    """Requests per evaluation cycle, whatever the number of jobs."""
+    """Requests per evaluation cycle, whatever the number of jobs: one more in a cycle where a
+    job's GPUs newly slowed down (see `fetch`)."""
     return len(range_queries()) + len(instant_queries("1m")) + 2  # + the per-worker step times and clocks
