@@ -61,7 +61,7 @@ from kopf._core.engines import posting  # kopf's Event queue: where kopf.info()/
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import KIND, Tunables
 from gpuwise.diagnose import prometheus
-from gpuwise.diagnose.heap import FULL_COLLECTION_READS
+from gpuwise.diagnose.heap import FULL_COLLECTION_GROWTH, read_heap
 from gpuwise.diagnose.rules import Context as DiagnosisContext
 from gpuwise.diagnose.rules import DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import Sustain
@@ -486,12 +486,14 @@ async def operator_cycles(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def full_collection() -> dict[str, Any]:
-    """What every `FULL_COLLECTION_READS`-th read adds to its cycle: a full collection over the
-    thawed heap (`gpuwise.diagnose.heap`), measured on the heap as the cycles left it."""
+    """What a read adds to its cycle when the frozen heap has grown by `FULL_COLLECTION_GROWTH`: a
+    full collection over the thawed heap (`gpuwise.diagnose.heap`), measured on the heap as the
+    cycles left it; and how many the cycles' reads made (none, in a steady fleet)."""
+    made = read_heap.full_collections
     gc.unfreeze()
     cpu = time.process_time()
     gc.collect()
-    return {"every_reads": FULL_COLLECTION_READS, "cpu_s": round(time.process_time() - cpu, 3)}
+    return {"growth": FULL_COLLECTION_GROWTH, "in_cycles": made, "cpu_s": round(time.process_time() - cpu, 3)}
 
 
 def diagnosis_only(snapshot: prometheus.Snapshot, now: float) -> dict[str, Any]:
@@ -689,8 +691,8 @@ def table(figures: dict[str, Any]) -> str:
     most = max(c["cpu_s"] for c in steady)
     full = figures["full_collection"]
     lines.append(
-        f"every {full['every_reads']}th read also collects the whole heap: +{full['cpu_s']:.2f} s CPU in that "
-        f"cycle (up to {most + full['cpu_s']:.2f} s), {full['cpu_s'] / full['every_reads']:.3f} s a cycle on average"
+        f"a read collects the whole heap once it has grown by {full['growth']:.0%} (here {full['in_cycles']} times): "
+        f"+{full['cpu_s']:.2f} s CPU in that cycle"
     )
     cpu_ok = most <= TARGET_CPU_SECONDS
     rss_ok = figures["peak_rss_mib"] <= TARGET_RSS_MIB

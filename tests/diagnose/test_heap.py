@@ -55,7 +55,7 @@ def test_paused_inside_and_restored_after_the_last_holder() -> None:
 
 
 def test_what_a_read_made_is_frozen_until_the_next_read_thaws_it() -> None:
-    heap = ReadHeap(full_collection_reads=100)
+    heap = ReadHeap()
     with heap.read():
         assert not gc.isenabled()
         snapshot = [[index] for index in range(10)]
@@ -68,25 +68,32 @@ def test_what_a_read_made_is_frozen_until_the_next_read_thaws_it() -> None:
     assert not tracked(snapshot)
 
 
-def test_cyclic_garbage_frozen_by_reads_is_collected_by_every_nth_read() -> None:
-    heap = ReadHeap(full_collection_reads=3)
-    with heap.read():  # the first of three
+def test_cyclic_garbage_frozen_by_reads_is_collected_once_the_frozen_heap_has_grown() -> None:
+    heap = ReadHeap(growth=0.25)
+    kept: list[object] = []
+    with heap.read():  # the first: what it leaves is the size to compare with
         first, second = Node(), Node()
         first.other, second.other = second, first
     gone = weakref.ref(first)
     del first, second
+    size = gc.get_freeze_count()
     gc.collect()
     assert gone() is not None, "frozen: no collection sees it"
-    with heap.read():  # the second
-        pass
-    gc.collect()
-    assert gone() is not None
-    with heap.read():  # the third: a full collection as it starts
-        assert gone() is None
+    for _ in range(3):  # a steady heap: no full collection, however many reads
+        with heap.read():
+            pass
+        gc.collect()
+        assert gone() is not None and heap.full_collections == 0
+    with heap.read():
+        kept.extend([object()] for _ in range(size // 3))  # grown by a third
+    with heap.read():  # a full collection as it starts
+        assert gone() is None and heap.full_collections == 1
+    with heap.read():  # and none again until it grows by a quarter of what is frozen now
+        assert heap.full_collections == 1
 
 
 def test_a_process_that_turned_collection_off_keeps_it_off_and_nothing_frozen() -> None:
-    heap = ReadHeap(full_collection_reads=1)
+    heap = ReadHeap(growth=0)
     gc.disable()
     with heap.read():
         cycle = Node()
