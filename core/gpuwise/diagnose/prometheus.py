@@ -398,19 +398,19 @@ def fetch(
     interval, so only the previous last point could have; the step before it is a margin for a
     scrape that late again, or a clock a step apart from Prometheus'. At 10,000 jobs a series is
     then 4 points instead of 61. The snapshot holds what a full read would, value for value and in
-    the same order, unless Prometheus' data changed further
-    back than the overlap: a sample stored that late (a remote-write backlog, a backfill) is seen
-    by full reads only, that is after the operator restarts, or after a pause longer than the
-    window. A series absent from the new answer keeps its previous points older than the re-read;
-    one new in it has its new points only (a full read would show any older ones too). A full read
-    is done when there is no previous round, it had another window or step, its last point is after
-    this one's (the clock went back), or the re-read would start at or before the window. The
-    clock reasons answer only for jobs whose GPUs slowed down lately (`clock_reasons_query`): one
-    that was not answered before has had its series all along, so when there is one, that query
-    reads the whole window again, a request more in that round. A job that leaves the answer
-    keeps its previous points, all zeros then, as any series that is gone does.
-    (Prometheus' own `avg` of a join adds its inputs in no fixed order, so two full reads may
-    differ in the last bit of a job's mean utilization: a joined read matches one of them.)
+    the same order, unless Prometheus' data changed further back than the overlap: a sample stored
+    that late (a remote-write backlog, a backfill) is seen by full reads only, that is after the
+    operator restarts, or after a pause longer than the window. A series absent from the new
+    answer keeps its previous points older than the re-read; one new in it has its new points only
+    (a full read would show any older ones too). A full read is done when there is no previous
+    round, it had another window or step, its last point is after this one's (the clock went
+    back), or the re-read would start at or before the window. The clock reasons answer only for
+    jobs whose GPUs slowed down lately (`clock_reasons_query`): one that was not answered before
+    has had its series all along, so when there is one, that query reads the whole window again,
+    a request more in that round. A job that leaves the answer keeps its previous points, all
+    zeros then, as any series that is gone does. (Prometheus' own `avg` of a join adds its inputs
+    in no fixed order, so two full reads may differ in the last bit of a job's mean utilization: a
+    joined read matches one of them.)
 
     `previous` is taken over: its series are moved into the new snapshot as they are joined, and
     its facts dropped, so that two rounds' series (some 60 MB at 10,000 jobs) are never in memory
