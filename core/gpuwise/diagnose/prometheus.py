@@ -437,16 +437,18 @@ def fetch(
 
     def clock_slowdowns() -> dict[JobKey, dict[int, Points]]:
         query = clock_reasons_query(window_seconds)
+
+        def whole_window() -> dict[JobKey, dict[int, Points]]:
+            answer = source.range_texts(query, grid.start, grid.end, grid.step)
+            return Reader(grid, None, labels).per_worker(answer, {}, clocks=True)
+
         if splice is None:
-            return reader.per_worker(ranged(query), {}, clocks=True)
+            return whole_window()
         # A job new in the filtered answer may have had its GPUs' masks all along: read its window.
         old = splice.previous.clock_slowdowns
         answered = {key for key, workers in old.items() if any(splice.reached(points) for points in workers.values())}
         joined = reader.per_worker(ranged(query), old, clocks=True)
-        if answered.issuperset(joined):
-            return joined
-        whole = source.range_texts(query, grid.start, grid.end, grid.step)
-        return Reader(grid, None, labels).per_worker(whole, {}, clocks=True)
+        return joined if answered.issuperset(joined) else whole_window()
 
     def fact(name: str, query: str) -> dict[JobKey, Any]:
         return _facts(name, source.vector(query, now), labels)
