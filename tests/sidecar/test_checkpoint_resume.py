@@ -47,12 +47,20 @@ def start(
     )
 
 
-def first_line(trainer: subprocess.Popen[str]) -> dict[str, Any]:
+def next_event(trainer: subprocess.Popen[str]) -> dict[str, Any]:
     assert trainer.stdout is not None
     line = trainer.stdout.readline()
     assert line, trainer.stderr.read() if trainer.stderr else "no output"
     event: dict[str, Any] = json.loads(line)
     return event
+
+
+def start_event(trainer: subprocess.Popen[str]) -> tuple[dict[str, Any], list[str]]:
+    """The trainer's start event, and the checkpoints it skipped as broken before it."""
+    skipped = []
+    while (event := next_event(trainer))["event"] == "skipped":
+        skipped.append(event["checkpoint"])
+    return event, skipped
 
 
 def newest_loadable_step(directory: Path) -> int:
@@ -74,7 +82,7 @@ def test_a_trainer_checkpoints_on_request_and_resumes_with_a_new_batch_size(shor
     with sidecar(short_tmp, "--backend", "simulated", "--interval", "0.5") as side:
         trainer = start(side, short_tmp, request_file, batch_size=16, max_steps=10**9)
         try:
-            assert first_line(trainer) == {"event": "start", "resumed_from": 0, "batch_size": 16, "num_workers": 0}
+            assert next_event(trainer) == {"event": "start", "resumed_from": 0, "batch_size": 16, "num_workers": 0}
             eventually(lambda: select(side.scrape(), "gpuwise_dataloader_batch_size"), timeout=20, what="steps")
 
             staged = short_tmp / ".staged"
@@ -89,17 +97,18 @@ def test_a_trainer_checkpoints_on_request_and_resumes_with_a_new_batch_size(shor
             trainer.terminate()  # the restart: the pod is deleted, the trainer gets SIGTERM
             trainer.communicate(timeout=20)
 
-        resume_at = newest_loadable_step(short_tmp / "checkpoints")
+        checkpoints = short_tmp / "checkpoints"
+        resume_at = newest_loadable_step(checkpoints)
         assert resume_at >= 50
+        # The save SIGTERM cut short, whether or not this run's timing cut one: the next save, truncated.
+        cut_short = checkpoints / f"step-{resume_at + 50:08d}.pt"
+        cut_short.write_bytes((checkpoints / f"step-{resume_at:08d}.pt").read_bytes()[:1000])
         # gpuwise's new value for the tunable, in the variable the TrainingJob declared.
         restarted = start(side, short_tmp, request_file, batch_size=64, max_steps=resume_at + 100)
         try:
-            assert first_line(restarted) == {
-                "event": "start",
-                "resumed_from": resume_at,
-                "batch_size": 64,
-                "num_workers": 0,
-            }
+            started, skipped = start_event(restarted)
+            assert skipped == [cut_short.name]
+            assert started == {"event": "start", "resumed_from": resume_at, "batch_size": 64, "num_workers": 0}
             out, err = restarted.communicate(timeout=60)
         finally:
             if restarted.poll() is None:
