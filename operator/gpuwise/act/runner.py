@@ -91,7 +91,7 @@ def _entered(record: ActionRecord, state: ActionState) -> datetime:
 
 def _started(body: Mapping[str, Any]) -> datetime | None:
     text = (body.get("status") or {}).get("startTime")
-    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    return datetime.fromisoformat(text) if text else None
 
 
 def _inputs(

@@ -67,7 +67,7 @@ def _second(unix_seconds: int) -> datetime:
 @functools.lru_cache(maxsize=1 << 15)
 def _unix_seconds(text: str) -> float:
     """An API server's timestamp (RFC 3339, e.g. "2026-11-24T10:00:00Z") in seconds since the epoch."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def job_facts(body: Mapping[str, Any], settings: JobSettings, now: datetime) -> prometheus.JobFacts:
