@@ -28,6 +28,7 @@ pytestmark = [
 
 EXAMPLE = ROOT / "examples" / "resumable_train.py"
 ACK = "gpuwise_checkpoint_ack_timestamp_seconds"
+CHECKPOINT_EVERY = 50  # steps
 
 
 def start(
@@ -38,7 +39,7 @@ def start(
         "BATCH_SIZE": str(batch_size),
         "NUM_WORKERS": "0",
         "CHECKPOINT_DIR": str(tmp / "checkpoints"),
-        "CHECKPOINT_EVERY": "50",
+        "CHECKPOINT_EVERY": str(CHECKPOINT_EVERY),
         "MAX_STEPS": str(max_steps),
         "OMP_NUM_THREADS": "1",
     }
@@ -99,9 +100,9 @@ def test_a_trainer_checkpoints_on_request_and_resumes_with_a_new_batch_size(shor
 
         checkpoints = short_tmp / "checkpoints"
         resume_at = newest_loadable_step(checkpoints)
-        assert resume_at >= 50
+        assert resume_at >= CHECKPOINT_EVERY
         # The save SIGTERM cut short, whether or not this run's timing cut one: the next save, truncated.
-        cut_short = checkpoints / f"step-{resume_at + 50:08d}.pt"
+        cut_short = checkpoints / f"step-{resume_at + CHECKPOINT_EVERY:08d}.pt"
         cut_short.write_bytes((checkpoints / f"step-{resume_at:08d}.pt").read_bytes()[:1000])
         # gpuwise's new value for the tunable, in the variable the TrainingJob declared.
         restarted = start(side, short_tmp, request_file, batch_size=64, max_steps=resume_at + 100)
