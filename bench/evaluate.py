@@ -65,12 +65,12 @@ from gpuwise.diagnose.heap import FULL_COLLECTION_GROWTH, read_heap
 from gpuwise.diagnose.rules import Context as DiagnosisContext
 from gpuwise.diagnose.rules import DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import Sustain
+from gpuwise.kube.client import Kube
 from gpuwise.metrics import Metric, catalog
 from gpuwise.observability.promql import sel
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.handlers import build_runner
-from gpuwise.operator.kube import Kube
 from gpuwise.operator.reconcile import Context
 
 JsonDict = dict[str, Any]

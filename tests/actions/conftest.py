@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import config
 
-from gpuwise.operator.kube import Kube
+from gpuwise.kube.client import Kube
 from tests.actions.scenario import Trainer
 from tests.integration.conftest import cluster, emulator  # noqa: F401 - the same fixtures as the integration tests
 from tests.support.emulator import EmulatorThread

@@ -13,11 +13,11 @@ from kubernetes import config, dynamic
 from gpuwise import wiring
 from gpuwise.act.machine import ActContext, Action, ActionFailed, JobView, Plan, Progress
 from gpuwise.act.mig import known_configs
-from gpuwise.act.overrides import NONE
 from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Recommendation, TrainingJobSpec
 from gpuwise.decide.mig_profiles import gpu_model
-from gpuwise.operator.kube import Kube
+from gpuwise.kube.client import Kube
+from gpuwise.kube.job_overrides import NONE
 
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 

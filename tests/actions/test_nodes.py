@@ -13,10 +13,10 @@ from gpuwise.act.nodes import (
     NodeError,
     cordon,
     evict_gpu_pods,
-    gpu_resources,
     uncordon,
 )
-from gpuwise.operator.kube import ApiError, Kube
+from gpuwise.kube.client import ApiError, Kube
+from gpuwise.kube.resources import gpu_resources
 from tests.actions.support import budget, node, pod
 
 GPU = {"nvidia.com/gpu": 1}

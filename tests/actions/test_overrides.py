@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from gpuwise.act import overrides
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import TrainingJobSpec
+from gpuwise.kube import job_overrides
+from gpuwise.kube.trainingjob import mutable_job_fields
 from gpuwise.operator.config import SidecarSettings
 from gpuwise.operator.reconcile import read_overrides
-from gpuwise.operator.workload import mutable_job_fields, render_job
+from gpuwise.operator.workload import render_job
 
 OWNER = {
     "apiVersion": "gpuwise.io/v1alpha1",
@@ -52,7 +53,7 @@ def trainer_of(job: dict[str, Any]) -> dict[str, Any]:
 def test_no_overrides_render_the_spec_unchanged() -> None:
     plain = render_job(OWNER, spec(), SidecarSettings())
     assert trainer_of(plain)["env"][-2:] == [{"name": "NUM_WORKERS", "value": "1"}, {"name": "SEED", "value": "7"}]
-    assert plain["metadata"]["annotations"][overrides.ANNOTATION_APPLIED_OVERRIDES] == "{}"
+    assert plain["metadata"]["annotations"][job_overrides.ANNOTATION_APPLIED_OVERRIDES] == "{}"
     assert "affinity" not in plain["spec"]["template"]["spec"]
 
 
@@ -79,7 +80,7 @@ def test_overrides_win_over_the_spec_and_keep_the_rest() -> None:
     avoid = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["slow-node"]}
     assert [t["matchExpressions"][-1] for t in terms] == [avoid, avoid], "every ORed term must avoid the node"
     assert terms[0]["matchExpressions"][0]["values"] == ["a"]
-    applied = overrides.applied(job)
+    applied = job_overrides.applied(job)
     assert applied == changed
     assert AFFINITY["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
         "matchExpressions"
@@ -90,27 +91,34 @@ def test_suspend_holds_the_job_but_is_not_part_of_what_it_runs() -> None:
     held = JobOverrides(env={"NUM_WORKERS": "6"}, suspend=True)
     job = render_job(OWNER, spec(), SidecarSettings(), held)
     assert job["spec"]["suspend"] is True
-    assert overrides.applied(job) == held.placement()
+    assert job_overrides.applied(job) == held.placement()
     assert mutable_job_fields(spec(), held)["suspend"] is True
     assert mutable_job_fields(spec(), held.placement())["suspend"] is False
 
 
 def test_the_annotation_round_trips_and_bad_input_says_what_to_fix() -> None:
     changed = JobOverrides(env={"NUM_WORKERS": "6"}, avoid_nodes=["n1"])
-    patch = overrides.annotation_patch(changed)
-    text = patch["metadata"]["annotations"][overrides.ANNOTATION_OVERRIDES]
+    patch = job_overrides.annotation_patch(changed)
+    text = patch["metadata"]["annotations"][job_overrides.ANNOTATION_OVERRIDES]
     assert json.loads(text) == {"avoidNodes": ["n1"], "env": {"NUM_WORKERS": "6"}}
-    assert overrides.wanted({"metadata": {"annotations": {overrides.ANNOTATION_OVERRIDES: text}}}) == changed
-    assert overrides.annotation_patch(overrides.NONE)["metadata"]["annotations"][overrides.ANNOTATION_OVERRIDES] is None
-    assert overrides.wanted({"metadata": {}}) == overrides.NONE
+    assert job_overrides.wanted({"metadata": {"annotations": {job_overrides.ANNOTATION_OVERRIDES: text}}}) == changed
+    assert (
+        job_overrides.annotation_patch(job_overrides.NONE)["metadata"]["annotations"][
+            job_overrides.ANNOTATION_OVERRIDES
+        ]
+        is None
+    )
+    assert job_overrides.wanted({"metadata": {}}) == job_overrides.NONE
 
-    bad = {"metadata": {"annotations": {overrides.ANNOTATION_OVERRIDES: '{"env": {"NUM WORKERS": "6"}, "color": 1}'}}}
-    with pytest.raises(overrides.OverridesError) as error:
-        overrides.wanted(bad)
+    bad = {
+        "metadata": {"annotations": {job_overrides.ANNOTATION_OVERRIDES: '{"env": {"NUM WORKERS": "6"}, "color": 1}'}}
+    }
+    with pytest.raises(job_overrides.OverridesError) as error:
+        job_overrides.wanted(bad)
     assert "annotation gpuwise.io/overrides is not valid" in str(error.value)
     assert "color: Extra inputs are not permitted" in str(error.value)
     assert "'NUM WORKERS' is not a valid environment variable name" in str(error.value)
     assert "Fix or remove the annotation" in str(error.value)
     found, problem = read_overrides(bad)
-    assert found == overrides.NONE
+    assert found == job_overrides.NONE
     assert problem is not None and problem.reason == "InvalidOverrides"

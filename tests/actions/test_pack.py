@@ -14,7 +14,7 @@ from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind
 from gpuwise.decide.packing.cluster import PodRequest
-from gpuwise.operator.kube import Kube
+from gpuwise.kube.client import Kube
 from tests.actions.support import (
     DevicePlugin,
     drive,

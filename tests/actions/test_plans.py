@@ -7,7 +7,6 @@ from typing import Any
 
 from gpuwise.act.adjust_config import ADJUST_CONFIG
 from gpuwise.act.machine import JobView, Plan, Refusal, compare, new_record, request_id, transition
-from gpuwise.act.overrides import NONE
 from gpuwise.act.reschedule import RESCHEDULE
 from gpuwise.act.runner import trimmed
 from gpuwise.act.settings import ActionSettings, GpuClass
@@ -21,6 +20,7 @@ from gpuwise.api.trainingjob import (
     Recommendation,
     TrainingJobSpec,
 )
+from gpuwise.kube.job_overrides import NONE
 
 NOW = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
 SETTINGS = ActionSettings()

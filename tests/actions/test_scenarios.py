@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gpuwise import wiring
-from gpuwise.act import overrides as job_overrides
 from gpuwise.act.machine import transition
 from gpuwise.api.trainingjob import ActionRecord, ActionState
+from gpuwise.kube import job_overrides
 from tests.actions.scenario import (
     FAST_WAIT,
     TJ_API,

@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwise.act import runner
 from gpuwise.act.machine import JobView, Plan, new_record, transition
+from gpuwise.act.transitions import ActionTransitions
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind, ActionState
 from gpuwise.metrics import catalog
-from gpuwise.operator.metrics import ActionTransitions
 from tests.sidecar.support import parse
 
 

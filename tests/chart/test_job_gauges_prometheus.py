@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 
+from gpuwise.act.transitions import ActionTransitions
 from gpuwise.metrics import catalog
 from gpuwise.observability import DASHBOARDS
 from gpuwise.observability.promql import OPERATOR_JOB
 from gpuwise.operator.evaluate import evaluate_window
-from gpuwise.operator.metrics import ActionTransitions, JobGauges
+from gpuwise.operator.metrics import JobGauges
 from tests.chart.support import CHART
 from tests.support.prometheus import Prometheus, running
 from tests.support.waiting import eventually, free_port

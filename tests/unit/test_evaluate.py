@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from gpuwise.act.overrides import annotation_patch
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.diagnose.window import JobWindow
+from gpuwise.kube.job_overrides import annotation_patch
+from gpuwise.kube.resources import cpu_cores
 from gpuwise.operator.evaluate import evaluate_window, job_facts, refresh_phase, worth_writing
-from gpuwise.operator.job_settings import JobSettings, cpu_cores, job_settings
+from gpuwise.operator.job_settings import JobSettings, job_settings
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 

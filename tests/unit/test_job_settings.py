@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpuwise.act.overrides import annotation_patch
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import EfficiencyMode
+from gpuwise.kube.job_overrides import annotation_patch
 from gpuwise.operator import job_settings
 from gpuwise.operator.job_settings import JobSettingsCache
 

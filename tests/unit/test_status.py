@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuwise.api.trainingjob import TrainingJobSpec
+from gpuwise.kube.trainingjob import SpecProblem, parse_spec
 from gpuwise.operator import status
 from gpuwise.operator.config import SidecarSettings
-from gpuwise.operator.reconcile import Context, changed_paths, check_running_job, parse_spec
+from gpuwise.operator.reconcile import Context, changed_paths, check_running_job
 from gpuwise.operator.workload import render_job
 
 
@@ -92,7 +93,7 @@ def test_a_vanished_job_is_failed_and_keeps_its_last_restarts() -> None:
 
 def test_phases() -> None:
     assert observe()["phase"] == "Pending"
-    assert observe(problem=status.SpecProblem("InvalidSpec", "x"))["phase"] == "Invalid"
+    assert observe(problem=SpecProblem("InvalidSpec", "x"))["phase"] == "Invalid"
     running = observe(job=job(), pods=[pod(0, "Running", "t")])
     assert running["phase"] == "Running"
     assert kinds(running)["Running"] == ("True", "PodsRunning")
@@ -111,7 +112,7 @@ def test_an_immutable_change_keeps_the_running_phase() -> None:
     observed = observe(
         job=job(),
         pods=[pod(0, "Running", "t")],
-        problem=status.SpecProblem("ImmutableFieldChanged", "spec.trainer.image ..."),
+        problem=SpecProblem("ImmutableFieldChanged", "spec.trainer.image ..."),
     )
     assert observed["phase"] == "Running"
     assert kinds(observed)["Accepted"] == ("False", "ImmutableFieldChanged")

@@ -220,6 +220,9 @@ class Phase(StrEnum):
     INVALID = "Invalid"
 
 
+TERMINAL_PHASES: Final = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
 class Condition(ApiModel):
     """A standard Kubernetes condition (metav1.Condition)."""
 

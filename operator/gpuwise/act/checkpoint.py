@@ -24,9 +24,9 @@ from gpuwise import wiring
 from gpuwise.act.measure import PerCycle
 from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.labels import JobKey, job_key
+from gpuwise.kube.client import Kube
 from gpuwise.metrics import catalog
 from gpuwise.observability.promql import sel
-from gpuwise.operator.kube import Kube
 
 ACK_WORKER: Final = "0"
 _ACKS_OF_WORKER_0: Final = sel(catalog.CHECKPOINT_ACK, f'worker="{ACK_WORKER}"')

@@ -47,7 +47,7 @@ from gpuwise.api.trainingjob import (
     Recommendation,
     TrainingJobSpec,
 )
-from gpuwise.operator.kube import Kube
+from gpuwise.kube.client import Kube
 
 JsonDict = dict[str, Any]
 # The reason of a verdict, and of the rollback, when a change made the job slower.

@@ -42,7 +42,8 @@ from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 from gpuwise.decide.mig import GpuState, MigInstance, NoGeometryError, plan_gpu
 from gpuwise.decide.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
 from gpuwise.diagnose.rules import MIG_PROFILE_CHANGE
-from gpuwise.operator.kube import Kube
+from gpuwise.kube.client import Kube
+from gpuwise.kube.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, gpu_resources
 
 JsonDict = dict[str, Any]
 
@@ -99,7 +100,7 @@ def mig_change_in_flight(node: Mapping[str, Any]) -> str | None:
 def free_slices(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], resource: str) -> int:
     """Instances of a MIG resource the node offers and no pod holds."""
     allocatable = int((node.get("status") or {}).get("allocatable", {}).get(resource, 0))
-    used = sum(nodes.gpu_resources(dict(pod)).get(resource, 0) for pod in pods if nodes.holds_gpus(dict(pod)))
+    used = sum(gpu_resources(dict(pod)).get(resource, 0) for pod in pods if nodes.holds_gpus(dict(pod)))
     return allocatable - used
 
 
@@ -241,8 +242,8 @@ def holder(job: JobView, record: ActionRecord) -> str:
 def not_one_gpu_per_worker(job: JobView) -> Refusal | None:
     """A share of a GPU (a MIG slice, a time-sliced replica) serves one process on one GPU."""
     trainer = job.spec.trainer
-    gpus = nodes.gpu_resources({"spec": {"containers": [{"resources": trainer.resources_per_node.to_k8s()}]}})
-    if trainer.num_proc_per_node == 1 and gpus.get(nodes.GPU_RESOURCE, 0) <= 1:
+    gpus = gpu_resources({"spec": {"containers": [{"resources": trainer.resources_per_node.to_k8s()}]}})
+    if trainer.num_proc_per_node == 1 and gpus.get(GPU_RESOURCE, 0) <= 1:
         return None
     return Refusal(
         "NotOneGpuPerWorker",
@@ -253,8 +254,8 @@ def not_one_gpu_per_worker(job: JobView) -> Refusal | None:
 def target_overrides(current: JobOverrides, profile: str) -> JobOverrides:
     """The job's overrides with its whole GPU swapped for one slice of `profile`."""
     resource = f"nvidia.com/mig-{profile}"
-    resources = {k: v for k, v in current.resources.items() if not k.startswith(nodes.MIG_RESOURCE_PREFIX)}
-    removed = sorted({*current.remove_resources, nodes.GPU_RESOURCE} - {resource})
+    resources = {k: v for k, v in current.resources.items() if not k.startswith(MIG_RESOURCE_PREFIX)}
+    removed = sorted({*current.remove_resources, GPU_RESOURCE} - {resource})
     return current.model_copy(update={"resources": {**resources, resource: "1"}, "remove_resources": removed})
 
 

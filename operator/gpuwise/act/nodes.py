@@ -29,47 +29,16 @@ from typing import Any, Final
 from gpuwise import wiring
 from gpuwise.act.machine import ActionFailed, Progress
 from gpuwise.api.base import parse_duration
-from gpuwise.operator.kube import ApiError, Kube
+from gpuwise.kube.client import ApiError, Kube
+from gpuwise.kube.resources import gpu_resources
 
 JsonDict = dict[str, Any]
 
 ANNOTATION_CORDONED_BY: Final = f"{wiring.API_GROUP}/cordoned-by"
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
 # --- what counts as a GPU pod ---------------------------------------------------------------
-
-
-def container_gpu_resources(container: JsonDict) -> dict[str, int]:
-    """GPUs, time-sliced shares (`nvidia.com/gpu.shared`) and MIG slices one container asks for, by
-    resource name (the larger of its request and limit); not other nvidia.com devices such as NICs.
-
-    An amount that is not a whole number (an extended resource must be one; a pod the webhook sees
-    is not validated yet) asks for nothing.
-    """
-    found: dict[str, int] = {}
-    resources = container.get("resources") or {}
-    for amounts in (resources.get("requests") or {}, resources.get("limits") or {}):
-        for name, amount in amounts.items():
-            if name.startswith((GPU_RESOURCE, MIG_RESOURCE_PREFIX)):
-                try:
-                    found[name] = max(found.get(name, 0), int(amount))
-                except ValueError:
-                    continue
-    return {name: amount for name, amount in found.items() if amount > 0}
-
-
-def gpu_resources(pod: JsonDict) -> dict[str, int]:
-    """What `container_gpu_resources` finds in any of a pod's containers, by resource name (the
-    largest amount one container asks for)."""
-    found: dict[str, int] = {}
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        for name, amount in container_gpu_resources(container).items():
-            found[name] = max(found.get(name, 0), amount)
-    return found
 
 
 def holds_gpus(pod: JsonDict) -> bool:

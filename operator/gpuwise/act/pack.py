@@ -39,8 +39,8 @@ from gpuwise.decide.packing.policies import Context
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
 from gpuwise.diagnose.rules import GPU_SHARE_CHANGE, MIG_PROFILE_CHANGE, SHARE_CHANGE, TIME_SLICING
-from gpuwise.operator.job_settings import cpu_cores
-from gpuwise.operator.kube import Kube
+from gpuwise.kube.client import Kube
+from gpuwise.kube.resources import GPU_RESOURCE, cpu_cores, gpu_resources
 
 JsonDict = dict[str, Any]
 
@@ -77,9 +77,9 @@ def _requests(pod: Mapping[str, Any]) -> tuple[int, int]:
 
 def _gpu_request(pod: Mapping[str, Any], shared: TimeSlicingSettings) -> tuple[int, int]:
     """(num_gpu, gpu_milli) as the planner counts a pod: whole GPUs, or its shares of one GPU."""
-    gpus = nodes.gpu_resources(dict(pod))
-    if gpus.get(nodes.GPU_RESOURCE):
-        return gpus[nodes.GPU_RESOURCE], MILLI
+    gpus = gpu_resources(dict(pod))
+    if gpus.get(GPU_RESOURCE):
+        return gpus[GPU_RESOURCE], MILLI
     if gpus.get(shared.resource):
         return 1, min(MILLI, gpus[shared.resource] * MILLI // shared.replicas)
     return 0, 0
@@ -303,7 +303,7 @@ class Pack(Action):
         target = current.model_copy(
             update={
                 "resources": {**current.resources, shared.resource: "1"},
-                "remove_resources": sorted({*current.remove_resources, nodes.GPU_RESOURCE} - {shared.resource}),
+                "remove_resources": sorted({*current.remove_resources, GPU_RESOURCE} - {shared.resource}),
             }
         )
         workers = job.spec.trainer.num_nodes

@@ -22,7 +22,6 @@ from typing import Any, Final
 import kopf
 
 from gpuwise.act import checkpoint, guardrails
-from gpuwise.act import overrides as job_overrides
 from gpuwise.act.checkpoint import Acks
 from gpuwise.act.machine import (
     WORSE,
@@ -38,11 +37,13 @@ from gpuwise.act.machine import (
 )
 from gpuwise.act.measure import Meter
 from gpuwise.act.settings import ActionSettings
+from gpuwise.act.transitions import ACTIONS
 from gpuwise.api.base import parse_duration
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import (
     KIND,
     MAX_ACTION_RECORDS,
+    TERMINAL_PHASES,
     ActionRecord,
     ActionState,
     EfficiencyMode,
@@ -50,9 +51,9 @@ from gpuwise.api.trainingjob import (
     Recommendation,
 )
 from gpuwise.diagnose.labels import JobKey
-from gpuwise.operator.kube import Kube
-from gpuwise.operator.metrics import ACTIONS
-from gpuwise.operator.reconcile import TERMINAL_PHASES, as_body, follow_mutable_fields, parse_spec
+from gpuwise.kube import job_overrides
+from gpuwise.kube.client import Kube
+from gpuwise.kube.trainingjob import as_body, follow_mutable_fields, parse_spec
 
 JsonDict = dict[str, Any]
 # Steps one cycle may take for one job (e.g. Planned → WaitingForCheckpoint at once).

@@ -39,11 +39,11 @@ from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.summary import Figures, figures
 from gpuwise.diagnose.window import JobWindow, Sustain
+from gpuwise.kube.client import Kube
+from gpuwise.kube.trainingjob import as_body
 from gpuwise.operator.job_settings import JobSettings, JobSettingsCache
-from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS, JobSeries
 from gpuwise.operator.reconcile import Context as ReconcileContext
-from gpuwise.operator.reconcile import as_body
 
 if TYPE_CHECKING:  # the runner imports from the operator package: only its type is needed here
     from gpuwise.act.runner import Runner

@@ -25,10 +25,10 @@ from gpuwise.act.runner import Runner
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
 from gpuwise.diagnose.prometheus import Prometheus
+from gpuwise.kube.client import Kube
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.inject import inject_sidecar
-from gpuwise.operator.kube import Kube
 from gpuwise.operator.metrics import JOBS
 from gpuwise.operator.reconcile import Context, reconcile
 

@@ -25,8 +25,8 @@ import copy
 from typing import Any
 
 from gpuwise import wiring
-from gpuwise.act.nodes import container_gpu_resources
 from gpuwise.api.trainingjob import Instrumentation
+from gpuwise.kube.resources import container_gpu_resources
 from gpuwise.operator.config import SidecarSettings
 
 JsonDict = dict[str, Any]

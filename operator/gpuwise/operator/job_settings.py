@@ -19,28 +19,16 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpuwise.act import overrides as job_overrides
 from gpuwise.act.adjust_config import current_env
 from gpuwise.act.machine import JobView
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import EfficiencyMode, TrainingJobSpec, Tunables
-from gpuwise.operator.reconcile import parse_spec
+from gpuwise.kube import job_overrides
+from gpuwise.kube.resources import cpu_cores
+from gpuwise.kube.trainingjob import parse_spec
 
-_CPU_UNITS: Final = {"m": 0.001, "": 1.0, "k": 1000.0}
 SHARED_TUNABLES: Final = 1024
 SHARED_VALUES: Final = 4096
-
-
-def cpu_cores(quantity: int | str | None) -> float | None:
-    """Cores in a CPU quantity ("16", "500m", 4); None when unset or not a plain CPU amount."""
-    if quantity is None:
-        return None
-    text = str(quantity)
-    number, unit = (text[:-1], text[-1]) if text[-1:].isalpha() else (text, "")
-    try:
-        return float(number) * _CPU_UNITS[unit]
-    except (ValueError, KeyError):
-        return None
 
 
 def gradient_accumulation_steps(body: Mapping[str, Any], spec: TrainingJobSpec) -> int | None:

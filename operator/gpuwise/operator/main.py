@@ -14,11 +14,11 @@ import kopf
 
 from gpuwise import wiring
 from gpuwise.diagnose.prometheus import Prometheus
+from gpuwise.kube.client import Kube, connect
 from gpuwise.operator import metrics
 from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
 from gpuwise.operator.evaluate import Evaluator
 from gpuwise.operator.handlers import build_registry, build_runner
-from gpuwise.operator.kube import Kube, connect
 from gpuwise.operator.reconcile import Context
 
 

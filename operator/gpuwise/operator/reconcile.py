@@ -16,25 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
-from gpuwise.act import overrides as job_overrides
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import KIND, ActionState, TrainingJobSpec
+from gpuwise.api.trainingjob import KIND, TERMINAL_PHASES, ActionState, TrainingJobSpec
+from gpuwise.kube import job_overrides
+from gpuwise.kube.client import ApiError, Kube
+from gpuwise.kube.trainingjob import SpecProblem, as_body, follow_mutable_fields, parse_spec
 from gpuwise.operator import status as observed
 from gpuwise.operator import workload
 from gpuwise.operator.config import OperatorSettings
-from gpuwise.operator.kube import ApiError, Kube
 
 JsonDict = dict[str, Any]
-TERMINAL_PHASES: Final = {"Succeeded", "Failed"}
 
 
 @dataclass
@@ -56,38 +54,6 @@ class Context:
         return lock
 
 
-# --- checking the spec ----------------------------------------------------------------------
-
-
-def _describe(exc: ValidationError) -> str:
-    problems = []
-    for err in exc.errors():
-        path = ".".join(str(part) for part in ("spec", *err["loc"]))
-        problems.append(f"{path}: {err['msg']}")
-    return "; ".join(problems)
-
-
-SpecResult = tuple[TrainingJobSpec | None, observed.SpecProblem | None]
-
-
-def parse_spec(body: Mapping[str, Any]) -> SpecResult:
-    """The validated spec, or the problem that names the field and what is wrong with it."""
-    return _validated(body.get("metadata", {}).get("name", ""), body.get("spec") or {})
-
-
-def _validated(name: str, raw: Any) -> SpecResult:
-    if len(name) > workload.MAX_NAME_LENGTH or not re.match(workload.NAME_PATTERN, name):
-        message = (
-            f"metadata.name {name!r} must be a DNS label of at most {workload.MAX_NAME_LENGTH} characters "
-            "(lower-case letters, digits and '-', starting with a letter): pods are named after it"
-        )
-        return None, observed.SpecProblem("InvalidSpec", message)
-    try:
-        return TrainingJobSpec.model_validate(raw), None
-    except ValidationError as exc:
-        return None, observed.SpecProblem("InvalidSpec", _describe(exc))
-
-
 def changed_paths(old: Any, new: Any, prefix: str) -> list[str]:
     """Dotted paths where two JSON values differ (lists compared whole)."""
     if isinstance(old, dict) and isinstance(new, dict):
@@ -98,20 +64,15 @@ def changed_paths(old: Any, new: Any, prefix: str) -> list[str]:
     return [] if old == new else [prefix]
 
 
-def as_body(raw: JsonDict) -> kopf.Body:
-    """kopf's view of a plain object, for posting Events about it."""
-    return kopf.Body(cast(kopf.RawBody, raw))
-
-
 def _owned_by(obj: JsonDict, owner: JsonDict) -> bool:
     uid = owner["metadata"].get("uid")
     return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
 
 
-def check_running_job(job: JsonDict, owner: JsonDict, spec: TrainingJobSpec) -> observed.SpecProblem | None:
+def check_running_job(job: JsonDict, owner: JsonDict, spec: TrainingJobSpec) -> SpecProblem | None:
     """Whether the existing Job is ours and runs the current spec."""
     if not _owned_by(job, owner):
-        return observed.SpecProblem(
+        return SpecProblem(
             "OwnershipConflict",
             f"a Job named {job['metadata']['name']!r} already exists and does not belong to this "
             "TrainingJob; rename the TrainingJob or delete that Job",
@@ -122,7 +83,7 @@ def check_running_job(job: JsonDict, owner: JsonDict, spec: TrainingJobSpec) -> 
     changed = changed_paths(json.loads(applied_raw), workload.immutable_part(spec), "spec")
     if not changed:
         return None
-    return observed.SpecProblem(
+    return SpecProblem(
         "ImmutableFieldChanged",
         f"{', '.join(changed)} cannot change while the job exists; the job keeps running the "
         "previous spec. Revert the change, or delete and re-create the TrainingJob.",
@@ -132,17 +93,17 @@ def check_running_job(job: JsonDict, owner: JsonDict, spec: TrainingJobSpec) -> 
 # --- making the objects ---------------------------------------------------------------------
 
 
-def read_overrides(owner: JsonDict) -> tuple[JobOverrides, observed.SpecProblem | None]:
+def read_overrides(owner: JsonDict) -> tuple[JobOverrides, SpecProblem | None]:
     """What gpuwise's actions changed on this job; a hand-edited, unreadable annotation is a problem."""
     try:
         return job_overrides.wanted(owner), None
     except job_overrides.OverridesError as exc:
-        return job_overrides.NONE, observed.SpecProblem("InvalidOverrides", str(exc))
+        return job_overrides.NONE, SpecProblem("InvalidOverrides", str(exc))
 
 
 async def ensure_workload(
     owner: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, ctx: Context
-) -> tuple[JsonDict | None, observed.SpecProblem | None]:
+) -> tuple[JsonDict | None, SpecProblem | None]:
     """Create the Service and the Job if missing; return the Job that exists now.
 
     A missing Job is rendered with the current overrides: after an action deleted the Job to
@@ -162,22 +123,11 @@ async def ensure_workload(
         existing = await ctx.kube.get("batch/v1", "Job", namespace, name)
     except ApiError as exc:
         if exc.status in {400, 403, 422}:  # the server will refuse it again: say why, don't retry
-            return None, observed.SpecProblem("JobRejected", f"the API server refused the Job: {exc.message}")
+            return None, SpecProblem("JobRejected", f"the API server refused the Job: {exc.message}")
         raise kopf.TemporaryError(f"creating the workload failed: {exc}", delay=10) from exc
     if existing is None:  # deleted between our create and get: the next event creates it again
         return None, None
     return existing, check_running_job(existing, owner, spec)
-
-
-async def follow_mutable_fields(job: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, kube: Kube) -> None:
-    """Suspend and deadline follow the spec (and an action holding the job) without a new Job."""
-    if job["metadata"].get("deletionTimestamp"):
-        return  # an action is replacing it
-    wanted = workload.mutable_job_fields(spec, overrides)
-    current = {key: job.get("spec", {}).get(key) for key in wanted}
-    if current != wanted:
-        meta = job["metadata"]
-        await kube.patch("batch/v1", "Job", meta["namespace"], meta["name"], {"spec": wanted})
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -254,7 +204,7 @@ async def publish(
     job: JsonDict | None,
     pods: Sequence[JsonDict],
     spec: TrainingJobSpec | None,
-    problem: observed.SpecProblem | None,
+    problem: SpecProblem | None,
     ctx: Context,
     logger: kopf.Logger,
     vanished: str | None = None,

@@ -9,12 +9,12 @@ operator looks again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from gpuwise import wiring
 from gpuwise.api.trainingjob import Phase
+from gpuwise.kube.trainingjob import SpecProblem
 
 JsonDict = dict[str, Any]
 
@@ -25,14 +25,6 @@ RUNNING = "Running"
 SUSPENDED = "Suspended"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
-
-
-@dataclass(frozen=True)
-class SpecProblem:
-    """Why the current spec is not what runs: a reason and a message naming the field."""
-
-    reason: str  # InvalidSpec | ImmutableFieldChanged | OwnershipConflict | JobRejected
-    message: str
 
 
 def now() -> datetime:

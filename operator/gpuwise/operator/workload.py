@@ -14,9 +14,9 @@ import json
 from typing import Any, Final
 
 from gpuwise import wiring
-from gpuwise.act import overrides as job_overrides
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import TrainingJobSpec
+from gpuwise.kube import job_overrides
 from gpuwise.operator.config import SidecarSettings
 from gpuwise.operator.inject import JsonDict, inject_sidecar
 
@@ -27,10 +27,6 @@ SHM_VOLUME: Final = "gpuwise-shm"
 IMMUTABLE_SECTIONS: Final = ("trainer", "pod", "telemetry")
 ANNOTATION_APPLIED_SPEC: Final = f"{wiring.API_GROUP}/applied-spec"
 RENDEZVOUS_PORT_NAME: Final = "rendezvous"
-
-# Job and pod names are "<name>-<index>-<suffix>" and must stay DNS labels (63 characters).
-MAX_NAME_LENGTH: Final = 52
-NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
 def labels(name: str) -> dict[str, str]:
@@ -135,7 +131,7 @@ def immutable_part(spec: TrainingJobSpec) -> JsonDict:
 def render_job(
     owner: JsonDict, spec: TrainingJobSpec, sidecar: SidecarSettings, overrides: JobOverrides = job_overrides.NONE
 ) -> JsonDict:
-    """The Job for spec plus what gpuwise's actions changed (`overrides`, see gpuwise.act.overrides)."""
+    """The Job for spec plus what gpuwise's actions changed (`overrides`, see gpuwise.kube.job_overrides)."""
     name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
     template: JsonDict = {
         "metadata": {
@@ -195,9 +191,3 @@ def render_service(owner: JsonDict) -> JsonDict:
             "ports": [{"name": RENDEZVOUS_PORT_NAME, "port": wiring.MASTER_PORT, "targetPort": wiring.MASTER_PORT}],
         },
     }
-
-
-def mutable_job_fields(spec: TrainingJobSpec, overrides: JobOverrides = job_overrides.NONE) -> JsonDict:
-    """The parts of a running Job's spec that follow the TrainingJob after creation."""
-    run = spec.run_policy
-    return {"suspend": run.suspend or overrides.suspend, "activeDeadlineSeconds": run.active_deadline_seconds}
