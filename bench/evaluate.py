@@ -60,18 +60,19 @@ from kopf._core.engines import posting  # kopf's Event queue: where kopf.info()/
 
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import KIND, Tunables
-from gpuwise.diagnose import prometheus
-from gpuwise.diagnose.heap import FULL_COLLECTION_GROWTH, read_heap
 from gpuwise.diagnose.rules import Context as DiagnosisContext
 from gpuwise.diagnose.rules import DiagnosisThresholds, diagnose
 from gpuwise.diagnose.window import Sustain
 from gpuwise.kube.client import Kube
 from gpuwise.metrics import Metric, catalog
-from gpuwise.observability.promql import sel
+from gpuwise.metrics.promql import sel
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.handlers import build_runner
 from gpuwise.operator.reconcile import Context
+from gpuwise.prometheus.client import Prometheus
+from gpuwise.prometheus.heap import FULL_COLLECTION_GROWTH, read_heap
+from gpuwise.prometheus.snapshot import JobFacts, Snapshot
 
 JsonDict = dict[str, Any]
 TARGET_CPU_SECONDS: Final = 2.0
@@ -212,7 +213,7 @@ def generate(out: TextIO, jobs: int, *, workers: int, end: int, interval: int, h
 # --- measuring (in a fresh process) ----------------------------------------------------------
 
 
-class Counting(prometheus.Prometheus):
+class Counting(Prometheus):
     """A client that counts its requests."""
 
     requests: list[str]
@@ -487,7 +488,7 @@ async def operator_cycles(args: argparse.Namespace) -> dict[str, Any]:
 
 def full_collection() -> dict[str, Any]:
     """What a read adds to its cycle when the frozen heap has grown by `FULL_COLLECTION_GROWTH`: a
-    full collection over the thawed heap (`gpuwise.diagnose.heap`), measured on the heap as the
+    full collection over the thawed heap (`gpuwise.prometheus.heap`), measured on the heap as the
     cycles left it; and how many the cycles' reads made (none, in a steady fleet)."""
     made = read_heap.full_collections
     gc.unfreeze()
@@ -496,10 +497,10 @@ def full_collection() -> dict[str, Any]:
     return {"growth": FULL_COLLECTION_GROWTH, "in_cycles": made, "cpu_s": round(time.process_time() - cpu, 3)}
 
 
-def diagnosis_only(snapshot: prometheus.Snapshot, now: float) -> dict[str, Any]:
+def diagnosis_only(snapshot: Snapshot, now: float) -> dict[str, Any]:
     """Window + diagnosis for every job of a snapshot, alone: a part of the per-job path, for reference."""
     sustain, when = Sustain(), datetime.fromtimestamp(now, tz=UTC)
-    facts = prometheus.JobFacts(age_seconds=3600.0, cpu_cores=16.0)
+    facts = JobFacts(age_seconds=3600.0, cpu_cores=16.0)
     kinds: Counter[str] = Counter()
     cpu = time.process_time()
     for key in snapshot.jobs():
@@ -520,7 +521,7 @@ def per_job_queries(namespace: str, job: str, window: str, step: float) -> tuple
     """What an operator without batching asks for one job: the same 19 quantities, filtered to it."""
     dev = (f'namespace="{namespace}"', f'pod=~"{job}-[0-9]+"')
     proc = (f'namespace="{namespace}"', f'trainingjob="{job}"')
-    rate_window = f"{int(max(60.0, 4 * step))}s"  # as prometheus.worker_step_query
+    rate_window = f"{int(max(60.0, 4 * step))}s"  # as batched.worker_step_query
     step_sum = f"rate({sel(catalog.STEP_DURATION, *proc, suffix='_sum')}[{rate_window}])"
     step_count = f"rate({sel(catalog.STEP_DURATION, *proc, suffix='_count')}[{rate_window}])"
     ranged = {

@@ -17,7 +17,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "run": ("gpuwise.local.main", "run a training command locally with telemetry and a report"),
     "crd": ("gpuwise.api.crd", "print the TrainingJob CustomResourceDefinition"),
     "simulate": ("gpuwise.simulate.main", "replay a cluster trace through the planners"),
-    "diagnose": ("gpuwise.diagnose.main", "diagnose running jobs from a Prometheus server"),
+    "diagnose": ("gpuwise.diagnose_command", "diagnose running jobs from a Prometheus server"),
 }
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from gpuwise import wiring
 from gpuwise.api.crd import main as crd_main
-from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB
+from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB
 from gpuwise.operator.config import OperatorSettings, SidecarSettings
 from gpuwise.operator.handlers import build_registry
 from gpuwise.operator.main import parse_args

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from gpuwise.metrics import catalog
+from gpuwise.metrics.promql import SIDECAR_JOB
 from gpuwise.observability import DASHBOARDS
-from gpuwise.observability.promql import SIDECAR_JOB
 from tests.chart.support import CHART, prometheus_relabel_configs, sidecar_scrape_endpoint
 from tests.sidecar.support import SidecarProcess, environment, sidecar
 from tests.support.prometheus import Prometheus, running

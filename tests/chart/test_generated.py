@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpuwise.metrics import BY_NAME, Kind
+from gpuwise.metrics.promql import rate, sel
 from gpuwise.observability import DASHBOARDS, RULE_GROUPS
 from gpuwise.observability.main import artefacts, main
-from gpuwise.observability.promql import rate, sel
 from tests.chart.support import CHART, ROOT
 
 SHARED_DCGM = ROOT.parent / "shared" / "data" / "dashboards" / "dcgm-exporter-dashboard.json"

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from gpuwise.act.transitions import ActionTransitions
 from gpuwise.metrics import catalog
+from gpuwise.metrics.promql import OPERATOR_JOB
 from gpuwise.observability import DASHBOARDS
-from gpuwise.observability.promql import OPERATOR_JOB
 from gpuwise.operator.evaluate import evaluate_window
 from gpuwise.operator.metrics import JobGauges
 from tests.chart.support import CHART

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from gpuwise.metrics import catalog
+from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB
 from gpuwise.observability import RULE_GROUPS
-from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB
 from gpuwise.observability.rules import EXPECTED_REASONS, IDLE_SECONDS, UNDERUSED_PERCENT
 from gpuwise.sidecar import backend
 from tests.chart.support import CHART, EVERYTHING, one, render

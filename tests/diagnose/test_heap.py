@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuwise.diagnose.heap import ReadHeap
+from gpuwise.prometheus.heap import ReadHeap
 
 
 class Node:

@@ -19,10 +19,13 @@ from typing import Any
 
 import pytest
 
-from gpuwise.diagnose import prometheus as source
-from gpuwise.diagnose.incremental import OVERLAP_STEPS
-from gpuwise.diagnose.labels import JobKey
+from gpuwise.diagnose.window import REPORTED_FIELDS, Reported
 from gpuwise.metrics import Metric, catalog
+from gpuwise.prometheus import batched as source
+from gpuwise.prometheus.client import Prometheus
+from gpuwise.prometheus.incremental import OVERLAP_STEPS
+from gpuwise.prometheus.labels import JobKey
+from gpuwise.prometheus.snapshot import NOT_REPORTED, JobFacts, Snapshot
 from tests.support.prometheus import AVAILABLE, running
 
 pytestmark = [
@@ -138,7 +141,7 @@ def after(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from serve(tmp_path_factory.mktemp("after"), history(after=True))
 
 
-class Recording(source.Prometheus):
+class Recording(Prometheus):
     """A client that records the start of each range query it makes."""
 
     starts: list[float]
@@ -153,11 +156,11 @@ class Recording(source.Prometheus):
         return super()._chunks(path, params)
 
 
-def fetch(url: str, now: float, previous: source.Snapshot | None = None) -> source.Snapshot:
-    return source.fetch(source.Prometheus(url), now=now, window_seconds=WINDOW, step_seconds=STEP, previous=previous)
+def fetch(url: str, now: float, previous: Snapshot | None = None) -> Snapshot:
+    return source.fetch(Prometheus(url), now=now, window_seconds=WINDOW, step_seconds=STEP, previous=previous)
 
 
-def flat(snapshot: source.Snapshot) -> dict[tuple[Any, ...], list[tuple[float, float]]]:
+def flat(snapshot: Snapshot) -> dict[tuple[Any, ...], list[tuple[float, float]]]:
     """Every series' points by (quantity, job[, worker]), in the snapshot's order."""
     points: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
     for name, by_job in snapshot.series.items():
@@ -172,17 +175,17 @@ def flat(snapshot: source.Snapshot) -> dict[tuple[Any, ...], list[tuple[float, f
 SERIES_FIELDS = (*source.range_queries(), "worker_step_seconds", "worker_step_extremes", "clock_slowdowns")
 
 
-def facts(snapshot: source.Snapshot) -> dict[JobKey, tuple[Any, ...]]:
+def facts(snapshot: Snapshot) -> dict[JobKey, tuple[Any, ...]]:
     """The instant queries' answers in each job's record (the fields holding no series), where it has any."""
 
-    def answers(read: source.Reported) -> tuple[Any, ...]:
-        return tuple(value for name, value in read._asdict().items() if name not in SERIES_FIELDS)
+    def answers(read: Reported) -> tuple[Any, ...]:
+        return tuple(getattr(read, name) for name in REPORTED_FIELDS if name not in SERIES_FIELDS)
 
-    nothing = answers(source.NOT_REPORTED)
+    nothing = answers(NOT_REPORTED)
     return {key: answers(read) for key, read in snapshot.by_job.items() if answers(read) != nothing}
 
 
-def records_hold_the_series(snapshot: source.Snapshot) -> bool:
+def records_hold_the_series(snapshot: Snapshot) -> bool:
     """Whether each job's record holds the snapshot's very series of the job, and every job has one."""
     ranges = [snapshot.series[name] for name in source.range_queries()]
     tables = [*ranges, snapshot.worker_steps, snapshot.clock_slowdowns]
@@ -203,7 +206,7 @@ def records_hold_the_series(snapshot: source.Snapshot) -> bool:
     return True
 
 
-def extremes(snapshot: source.Snapshot) -> dict[JobKey, tuple[float, float]]:
+def extremes(snapshot: Snapshot) -> dict[JobKey, tuple[float, float]]:
     """Each job's smallest and largest step time, where its record has them."""
     return {key: read.worker_step_extremes for key, read in snapshot.by_job.items() if read.worker_step_extremes}
 
@@ -213,7 +216,7 @@ def same(a: Any, b: Any) -> bool:
     return repr(a) == repr(b)
 
 
-def order(snapshot: source.Snapshot) -> list[Any]:
+def order(snapshot: Snapshot) -> list[Any]:
     return [list(by_job) for by_job in snapshot.series.values()] + [
         [(key, list(workers)) for key, workers in per_worker.items()]
         for per_worker in (snapshot.worker_steps, snapshot.clock_slowdowns)
@@ -247,10 +250,10 @@ def test_rounds_joined_to_the_previous_hold_what_a_full_read_does(before: str) -
     assert flat(snapshot)["gpu_utilization", (NS, STARTED)][0][0] == END - 150
     assert flat(snapshot)["steps", (NS, STOPPED), 0][-1][0] < END
     # What the rules get is the values, as before.
-    window = snapshot.window((NS, STEADY), source.JobFacts(age_seconds=3600))
+    window = snapshot.window((NS, STEADY), JobFacts(age_seconds=3600))
     assert list(window.gpu_utilization) == [v for _, v in full.series["gpu_utilization"][NS, STEADY]]
     assert window.clock_slowdowns == {}, "no slowdown bit, nor any higher one: not read"
-    window = snapshot.window((NS, SHRUNK), source.JobFacts(age_seconds=3600))
+    window = snapshot.window((NS, SHRUNK), JobFacts(age_seconds=3600))
     assert set(window.clock_slowdowns) == {0, 1} and not any(window.clock_slowdowns[1])
 
 
@@ -297,7 +300,7 @@ def test_a_round_after_the_data_changed(before: str, after: str) -> None:
 
 
 def test_a_full_read_when_the_previous_round_cannot_be_joined(before: str) -> None:
-    def starts(now: float, previous: source.Snapshot, window: float = WINDOW) -> set[float]:
+    def starts(now: float, previous: Snapshot, window: float = WINDOW) -> set[float]:
         client = Recording(before)
         source.fetch(client, now=now, window_seconds=window, step_seconds=STEP, previous=previous)
         return set(client.starts)
@@ -308,7 +311,7 @@ def test_a_full_read_when_the_previous_round_cannot_be_joined(before: str) -> No
     assert starts(END, at_the_start) == {END - WINDOW}, "the re-read would start at the window's"
     assert starts(END - 60, fetch(before, END)) == {END - 60 - WINDOW}, "the clock went back"
     assert starts(END, fetch(before, END - 30), window=240) == {END - 240}, "another window"
-    other_step = source.fetch(source.Prometheus(before), now=END - 30, window_seconds=WINDOW, step_seconds=30)
+    other_step = source.fetch(Prometheus(before), now=END - 30, window_seconds=WINDOW, step_seconds=30)
     assert starts(END, other_step) == {END - WINDOW}, "another step"
     # A gap longer than the window: what a full read holds.
     previous = fetch(before, END - 2 * WINDOW)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gpuwise.diagnose import matrix
-from gpuwise.diagnose.labels import LabelSets
+from gpuwise.prometheus import answers
+from gpuwise.prometheus.labels import LabelSets
 
 
 def raw(**labels: str) -> bytes:
@@ -34,7 +34,7 @@ def test_what_a_label_set_says() -> None:
     assert len({id(key) for key, _, _ in said[:4]}) == 1, "one tuple per job"
     again = table.of([bytes(sets[1]), sets[0]])  # new bytes objects, the same label sets
     assert again == said[1::-1] and again[0] is said[1] and len(table) == len(sets)
-    with pytest.raises(matrix.MalformedAnswer, match="not a label set"):
+    with pytest.raises(answers.MalformedAnswer, match="not a label set"):
         table.of([b'{"namespace":'])
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuwise.diagnose import matrix
+from gpuwise.prometheus import answers
 
 NASTY = [
     {"namespace": "ml", "trainingjob": "bert"},
@@ -33,7 +33,7 @@ def test_decodes_labels_and_points_as_json_does() -> None:
     values = [["30", "31.5", "1e-05"], ["NaN", "+Inf", "-Inf"], ["0.25"], ["2", "3"]]
     result = [series(labels, v) for labels, v in zip(NASTY, values, strict=True)]
     body = answer(result, warnings=['x"]],"1"]', "second"])
-    decoded = matrix.decode(body)
+    decoded = answers.decode(body)
     assert decoded is not None
     expected = json.loads(body)["data"]["result"]
     assert [s.labels for s in decoded] == [s["metric"] for s in expected]
@@ -45,7 +45,7 @@ def test_decodes_labels_and_points_as_json_does() -> None:
 
 
 def test_all_zero_values_are_counted_not_parsed() -> None:
-    decoded = matrix.decode(
+    decoded = answers.decode(
         answer(
             [
                 series({"a": '],[x,"0"]'}, ["0"] * 5),
@@ -65,22 +65,22 @@ def test_all_zero_values_are_counted_not_parsed() -> None:
 
 def test_fractional_timestamps_and_an_empty_result() -> None:
     body = answer([{"metric": {}, "values": [[1_795_000_000.5, "1"], [1_795_000_001.25, "2"]]}])
-    (only,) = matrix.decode(body) or []
+    (only,) = answers.decode(body) or []
     assert list(only.points(15)) == [(1_795_000_000.5, 1.0), (1_795_000_001.25, 2.0)]
-    assert matrix.decode(answer([])) == []
+    assert answers.decode(answer([])) == []
 
 
 def test_other_answers_are_left_to_json() -> None:
     error = b'{"status":"error","errorType":"bad_data","error":"parse error"}'
-    assert matrix.decode(error) is None
+    assert answers.decode(error) is None
     vector = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
-    assert matrix.decode(vector) is None
+    assert answers.decode(vector) is None
 
 
 def test_a_truncated_answer_is_refused() -> None:
     body = answer([series(NASTY[0], ["1", "2"])])
-    with pytest.raises(matrix.MalformedAnswer, match="not a Prometheus matrix answer"):
-        matrix.decode(body[: body.index(b'"values"') + 5])
+    with pytest.raises(answers.MalformedAnswer, match="not a Prometheus matrix answer"):
+        answers.decode(body[: body.index(b'"values"') + 5])
 
 
 def test_points_are_the_answers_pairs_with_the_grid_computed_or_read() -> None:
@@ -89,7 +89,7 @@ def test_points_are_the_answers_pairs_with_the_grid_computed_or_read() -> None:
     with_gap = [on_grid[0], on_grid[2], on_grid[3]]
     whole_seconds = [[1_795_000_000 + 15 * i, "2"] for i in range(3)]
     body = answer([{"metric": {}, "values": v} for v in (on_grid, with_gap, whole_seconds, on_grid[:1])])
-    decoded = matrix.decode(body)
+    decoded = answers.decode(body)
     assert decoded is not None
     expected = json.loads(body)["data"]["result"]
     for got, want in zip(decoded, expected, strict=True):
@@ -107,20 +107,20 @@ def test_points_are_the_answers_pairs_with_the_grid_computed_or_read() -> None:
 def test_an_answer_read_in_pieces_decodes_as_a_whole(size: int) -> None:
     values = [["30", "31.5", "1e-05"], ["NaN", "+Inf", "-Inf"], ["0.25"], ["2", "3"]]
     body = answer([series(labels, v) for labels, v in zip(NASTY, values, strict=True)], warnings=['{"metric":]]'])
-    whole = matrix.decode(body)
+    whole = answers.decode(body)
     assert whole is not None
-    pieces = list(matrix.series_in(body[i : i + size] for i in range(0, len(body), size)))
+    pieces = list(answers.series_in(body[i : i + size] for i in range(0, len(body), size)))
     assert [s.labels for s in pieces] == [s.labels for s in whole]
     assert [repr(list(s.points(15))) for s in pieces] == [repr(list(s.points(15))) for s in whole]
     truncated = body[: body.index(b"+Inf")]
-    with pytest.raises(matrix.MalformedAnswer, match="ends inside a series"):
-        list(matrix.series_in(truncated[i : i + size] for i in range(0, len(truncated), size)))
+    with pytest.raises(answers.MalformedAnswer, match="ends inside a series"):
+        list(answers.series_in(truncated[i : i + size] for i in range(0, len(truncated), size)))
 
 
 def test_a_label_value_with_a_brace_is_read_all_the_same() -> None:
     labels = [{"namespace": "ml", "trainingjob": "a}b"}, {"namespace": "}{", "trainingjob": '"}],"values":[['}]
     body = answer([series(labels[0], ["1", "2"]), series(labels[1], ["3"])], warnings=["a", "4"])
-    pieces = list(matrix.matrix_in([body]))
+    pieces = list(answers.matrix_in([body]))
     assert [json.loads(raw) for piece in pieces for raw, _ in piece.pairs] == labels
     # The warnings after the last series (`,"4"]`) are no series' values.
     assert [value for piece in pieces for value in piece.values()] == [1.0, 2.0, 3.0]
@@ -137,30 +137,30 @@ def test_vector_samples_are_label_sets_as_written_and_value_texts() -> None:
     ]
     result.append({"metric": {"a": "}"}, "value": [1_795_000_000.5, "NaN"]})
     body = vector_answer(result, warnings=['{"metric":{}'])
-    samples = matrix.vector(body)
+    samples = answers.vector(body)
     assert samples is not None
     assert [(json.loads(raw), value) for raw, value in samples] == [
         (s["metric"], s["value"][1].encode()) for s in result
     ]
-    assert matrix.vector(vector_answer([])) == []
-    assert matrix.vector(answer([])) is None, "a matrix is not a vector"
+    assert answers.vector(vector_answer([])) == []
+    assert answers.vector(answer([])) is None, "a matrix is not a vector"
     for cut in (body[: body.index(b'"NaN"')], body[: body.rindex(b"]}") - 1], body[:-1]):
-        with pytest.raises(matrix.MalformedAnswer, match="not a Prometheus vector answer"):
-            matrix.vector(cut)
+        with pytest.raises(answers.MalformedAnswer, match="not a Prometheus vector answer"):
+            answers.vector(cut)
 
 
 def test_a_grid_of_multiples_of_the_step() -> None:
-    grid = matrix.Grid.ending(1_795_486_245.7, 900, 15)
+    grid = answers.Grid.ending(1_795_486_245.7, 900, 15)
     assert (grid.start, grid.end, grid.step, grid.count) == (1_795_485_345.0, 1_795_486_245.0, 15.0, 61)
-    assert grid.times is matrix.Grid(grid.first_ms, 15_000, 61).times, "one array for the grid"
-    assert matrix.Grid.ending(1_795_486_259.999, 900, 15).end == grid.end, "up to a step old"
-    assert matrix.Grid.ending(1_795_486_245.7, 100, 15).count == 7, "the window rounded down to the grid"
-    half = matrix.Grid.ending(1_795_486_245.7, 10, 0.5)
+    assert grid.times is answers.Grid(grid.first_ms, 15_000, 61).times, "one array for the grid"
+    assert answers.Grid.ending(1_795_486_259.999, 900, 15).end == grid.end, "up to a step old"
+    assert answers.Grid.ending(1_795_486_245.7, 100, 15).count == 7, "the window rounded down to the grid"
+    half = answers.Grid.ending(1_795_486_245.7, 10, 0.5)
     assert half.end == 1_795_486_245.5 and half.first == b'[1795486235.500,"' and half.count == 21
 
 
 def test_a_series_on_the_grid_from_its_start_or_to_its_end() -> None:
-    grid = matrix.Grid(1_795_000_000_000, 15_000, 5)
+    grid = answers.Grid(1_795_000_000_000, 15_000, 5)
 
     def text(*indexes: int) -> bytes:
         return b",".join(b'[%d,"1"]' % (1_795_000_000 + 15 * i) for i in indexes)
@@ -168,5 +168,5 @@ def test_a_series_on_the_grid_from_its_start_or_to_its_end() -> None:
     assert grid.span(text(0, 1, 2, 3, 4), 5) == 0
     assert grid.span(text(0, 1, 2), 3) == 0 and grid.span(text(2, 3, 4), 3) == 2
     assert grid.span(text(0, 2, 3), 3) is None and grid.span(text(1, 2, 3), 3) is None
-    assert matrix.times(text(2, 3, 4), 3, 15, grid) == grid.times[2:]
-    assert matrix.times(text(0, 2, 4), 3, 15, grid) == array("d", [grid.times[0], grid.times[2], grid.times[4]])
+    assert answers.times(text(2, 3, 4), 3, 15, grid) == grid.times[2:]
+    assert answers.times(text(0, 2, 4), 3, 15, grid) == array("d", [grid.times[0], grid.times[2], grid.times[4]])

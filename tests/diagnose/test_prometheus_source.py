@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from gpuwise.api.trainingjob import Tunables
-from gpuwise.diagnose import prometheus as source
 from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
-from gpuwise.diagnose.window import JobWindow, Sustain
+from gpuwise.diagnose.window import REPORTED_FIELDS, JobWindow, Reported, Sustain
+from gpuwise.prometheus import batched as source
+from gpuwise.prometheus.client import Prometheus
+from gpuwise.prometheus.snapshot import JobFacts, Snapshot
 from tests.support.prometheus import AVAILABLE
 from tests.support.telemetry import input_bound_job
 
@@ -27,7 +29,7 @@ pytestmark = [
 JOB = ("ml", "bert")
 
 
-class Counting(source.Prometheus):
+class Counting(Prometheus):
     requests: list[str]
 
     def __init__(self, url: str) -> None:
@@ -47,14 +49,14 @@ def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
 
 
-def collect(url: str, jobs: dict[tuple[str, str], source.JobFacts]) -> tuple[dict[Any, JobWindow], Counting]:
+def collect(url: str, jobs: dict[tuple[str, str], JobFacts]) -> tuple[dict[Any, JobWindow], Counting]:
     client = Counting(url)
     snapshot = source.fetch(client, now=time.time(), window_seconds=8, step_seconds=1)
     return {key: snapshot.window(key, facts) for key, facts in jobs.items()}, client
 
 
 def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:
-    windows, _ = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600, cpu_cores=8)})
+    windows, _ = collect(prometheus_url, {JOB: JobFacts(age_seconds=3600, cpu_cores=8)})
     window = windows[JOB]
     assert window.gpus == 2
     assert window.gpu_model == "NVIDIA H100 80GB HBM3"
@@ -80,15 +82,15 @@ def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:
 
 
 def test_a_job_without_series_gets_nothing_invented(prometheus_url: str) -> None:
-    windows, _ = collect(prometheus_url, {("ml", "absent"): source.JobFacts(age_seconds=60)})
+    windows, _ = collect(prometheus_url, {("ml", "absent"): JobFacts(age_seconds=60)})
     window = windows["ml", "absent"]
     assert (window.gpus, list(window.gpu_utilization), list(window.data_wait_fraction)) == (0, [], [])
     assert window.memory_used_mib is None and window.seconds_since_last_step is None and window.autocast is None
 
 
 def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> None:
-    one = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600)})[1]
-    many = collect(prometheus_url, {("ns", f"job-{i}"): source.JobFacts(age_seconds=3600) for i in range(500)})[1]
+    one = collect(prometheus_url, {JOB: JobFacts(age_seconds=3600)})[1]
+    many = collect(prometheus_url, {("ns", f"job-{i}"): JobFacts(age_seconds=3600) for i in range(500)})[1]
     assert len(one.requests) == len(many.requests) == source.query_count() == 19
 
 
@@ -102,25 +104,37 @@ def test_a_snapshot_is_left_out_of_the_cycles_collections(prometheus_url: str) -
         gc.unfreeze()
 
 
-def test_a_jobs_record_is_its_windows_fields_in_their_order() -> None:
-    """`Snapshot.window` passes a record's fields as positional arguments: they must line up."""
-    fields = [field.name for field in dataclasses.fields(JobWindow)]
-    snapshot_and_age = ["window_seconds", "sample_interval_seconds", "job_age_seconds"]
+def test_a_window_holds_every_reported_field_and_the_jobs_facts_by_name() -> None:
+    """One list of the measured fields (`Reported`): a window is one of those plus its own facts, and
+    the read fills every one of them, each by its name."""
+    own = {"window_seconds", "sample_interval_seconds", "job_age_seconds"}
     job = ["cpu_cores", "processes_per_node", "gradient_accumulation_steps"]  # JobFacts' after its age
-    assert fields == [*snapshot_and_age, *source.Reported._fields, *job]
-    assert list(source.JobFacts.__slots__) == ["age_seconds", *job]
-    assert set(source.range_queries()) < set(source.Reported._fields)
+    window_fields = {field.name for field in dataclasses.fields(JobWindow)}
+    assert window_fields == {*REPORTED_FIELDS, *own, *job}
+    assert list(JobFacts.__slots__) == ["age_seconds", *job]
+    assert set(source.range_queries()) < set(REPORTED_FIELDS)
+    record = Reported(gpu_utilization=[50.0], gpus=3, gpu_model="NVIDIA L4", pcie_rx_bytes_per_second=7.0)
+    snapshot = Snapshot(now=1000.0, window_seconds=300, step_seconds=15, series={}, by_job={("ml", "a"): record})
+    window = snapshot.window(("ml", "a"), JobFacts(age_seconds=60, cpu_cores=4))
+    assert {name: getattr(window, name) for name in REPORTED_FIELDS} == {
+        name: getattr(record, name) for name in REPORTED_FIELDS
+    }
+    assert (window.window_seconds, window.sample_interval_seconds, window.job_age_seconds) == (300, 15, 60)
+    assert (window.cpu_cores, window.processes_per_node, window.gradient_accumulation_steps) == (4, 1, None)
 
 
 def test_a_window_of_a_job_not_reported_holds_its_facts_only() -> None:
-    snapshot = source.Snapshot(now=1000.0, window_seconds=300, step_seconds=15, series={})
-    job = source.JobFacts(age_seconds=60, cpu_cores=4, processes_per_node=2, gradient_accumulation_steps=3)
+    snapshot = Snapshot(now=1000.0, window_seconds=300, step_seconds=15, series={})
+    job = JobFacts(age_seconds=60, cpu_cores=4, processes_per_node=2, gradient_accumulation_steps=3)
     window = snapshot.window(("ml", "absent"), job)
-    assert window == JobWindow(300, 15, 60, gpus=0, cpu_cores=4, processes_per_node=2, gradient_accumulation_steps=3)
+    assert window == JobWindow(
+        window_seconds=300, sample_interval_seconds=15, job_age_seconds=60,
+        gpus=0, cpu_cores=4, processes_per_node=2, gradient_accumulation_steps=3,
+    )  # fmt: skip
 
 
 def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> None:
-    windows, _ = collect(prometheus_url, {JOB: source.JobFacts(age_seconds=3600, cpu_cores=8)})
+    windows, _ = collect(prometheus_url, {JOB: JobFacts(age_seconds=3600, cpu_cores=8)})
     tunables = Tunables.model_validate({"dataLoaderWorkers": {"env": "NUM_WORKERS", "min": 1, "max": 16}})
     ctx = Context(
         window=windows[JOB],

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from gpuwise.diagnose.prometheus import CHUNK_BYTES, Prometheus, PrometheusError
+from gpuwise.prometheus.client import CHUNK_BYTES, Prometheus, PrometheusError
 
 MATRIX = (
     b'{"status":"success","data":{"resultType":"matrix","result":['

@@ -4,7 +4,7 @@ action's own parameters (a MIG profile, a time-sliced share)."""
 
 from __future__ import annotations
 
-from gpuwise.diagnose.main import Result, render
+from gpuwise.diagnose_command import Result, render
 from gpuwise.local.diagnosis import _advice
 from tests.diagnose.test_rules import LIGHT, TUNABLES, run, window
 

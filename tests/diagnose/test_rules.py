@@ -32,6 +32,7 @@ def window(**overrides: Any) -> JobWindow:
         "window_seconds": 900,
         "sample_interval_seconds": 15,
         "job_age_seconds": 3600,
+        "gpus": 1,
         "gpu_utilization": [92.0] * 60,
         "data_wait_fraction": [0.02] * 60,
         "memory_used_mib": 60_000.0,

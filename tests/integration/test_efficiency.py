@@ -96,8 +96,8 @@ def test_an_input_bound_job_gets_the_cause_and_the_change(cluster: Cluster, oper
 
 
 async def test_jobs_in_one_cycle_share_one_read(prometheus: Prometheus) -> None:
-    from gpuwise.diagnose.prometheus import Prometheus as Source
     from gpuwise.operator.evaluate import Evaluator
+    from gpuwise.prometheus.client import Prometheus as Source
 
     evaluator = Evaluator(Source(prometheus.url), cycle_seconds=60, step_seconds=1)
     body = manifest()
@@ -111,9 +111,9 @@ async def test_jobs_in_one_cycle_share_one_read(prometheus: Prometheus) -> None:
 
 
 async def test_each_distinct_window_length_costs_one_read(prometheus: Prometheus) -> None:
-    from gpuwise.diagnose.prometheus import Prometheus as Source
-    from gpuwise.diagnose.prometheus import query_count
     from gpuwise.operator.evaluate import Evaluator
+    from gpuwise.prometheus.batched import query_count
+    from gpuwise.prometheus.client import Prometheus as Source
 
     requests: list[str] = []
 

@@ -29,7 +29,7 @@ def spec(mode: str = "Recommend") -> JobSettings:
 
 def input_bound(**overrides: Any) -> JobWindow:
     values: dict[str, Any] = {
-        "window_seconds": 900, "sample_interval_seconds": 15, "job_age_seconds": 3600,
+        "window_seconds": 900, "sample_interval_seconds": 15, "job_age_seconds": 3600, "gpus": 1,
         "gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.6] * 60, "num_workers": 1,
         "memory_used_mib": 20_000.0, "memory_total_mib": 80_000.0, "sm_activity": 0.21,
     }  # fmt: skip

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Final, overload
 
 # NVML clock-event reasons (DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits) that mean the SM clocks are held
@@ -45,7 +45,7 @@ class Points(Sequence[tuple[float, float]]):
     they were 220 MB of the operator's RSS and most of the read's CPU. Iterating yields the same
     tuples a list of them would; `values` is there for a caller that needs only the values
     (`step_values`). The arrays may be shared between series (a query's grid of times, see
-    `gpuwise.diagnose.matrix`): never write into them.
+    `gpuwise.prometheus.answers`): never write into them.
     """
 
     __slots__ = ("times", "values")
@@ -95,19 +95,15 @@ class Sustain:
 
 
 @dataclass(slots=True)
-class JobWindow:
-    """What gpuwise observed of one job over its efficiency window.
+class Reported:
+    """What a job's telemetry reported over its window: the measured fields of a `JobWindow`.
 
-    Rules only read it. It is not frozen because a frozen dataclass sets each of its 28 fields
-    through object.__setattr__, a third of the cost of cutting 10,000 jobs' windows a cycle. The
-    fields from `gpu_utilization` to `pcie_rx_bytes_per_second` are, in order, those of a Prometheus
-    snapshot's record of the job (`gpuwise.diagnose.prometheus.Reported`), so that a window is
-    made from one with its fields as positional arguments.
+    The one list of them: the Prometheus read makes one record per job as its round ends
+    (`gpuwise.prometheus.snapshot`), and a window takes its fields by their names
+    (`REPORTED_FIELDS`). Not reported: None, an empty series or mapping, or no GPU (`gpus` 0), as
+    each default says.
     """
 
-    window_seconds: float
-    sample_interval_seconds: float
-    job_age_seconds: float
     # Per-sample series over the window (job-wide means at each sample time).
     gpu_utilization: Sequence[float] = ()  # %, 0–100
     data_wait_fraction: Sequence[float] = ()  # 0–1 of step time spent waiting for input
@@ -118,7 +114,7 @@ class JobWindow:
     memory_used_mib: float | None = None  # peak framebuffer used on the busiest GPU
     memory_total_mib: float | None = None
     seconds_since_last_step: float | None = None
-    gpus: int = 1
+    gpus: int = 0  # GPUs that reported
     gpu_model: str | None = None
     compute_capability: tuple[int, int] | None = None
     batch_size: int | None = None
@@ -130,14 +126,32 @@ class JobWindow:
     # Per worker index: (unix time, mean step seconds) samples, for stragglers.
     worker_step_seconds: Mapping[int, Sequence[tuple[float, float]]] = field(default_factory=dict)
     # Their smallest and largest (`straggler.step_extremes`) where the reader took them as it read
-    # the series, still in the CPU's cache; None: the rules take them when they need them.
+    # the series, still in the CPU's cache (a rule taking them later, from memory, took 25 µs a
+    # job); None: the rules take them when they need them.
     worker_step_extremes: tuple[float, float] | None = None
     # Per worker index, per sample: the CLOCK_SLOWDOWNS bits set on its most throttled GPU (0: none).
     clock_slowdowns: Mapping[int, Sequence[float]] = field(default_factory=dict)
     # Mean PCIe traffic per GPU over the window, bytes/s (TX: sent by the GPU, RX: received).
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
-    # From the job's spec, not from what it reported: last, after what a snapshot holds (`Reported`).
+
+
+REPORTED_FIELDS: Final = tuple(f.name for f in fields(Reported))
+
+
+@dataclass(slots=True, kw_only=True)
+class JobWindow(Reported):
+    """What gpuwise observed of one job over its efficiency window: what it reported, and the
+    window's and the job's own facts.
+
+    Rules only read it. It is not frozen because a frozen dataclass sets each of its 28 fields
+    through object.__setattr__, a third of the cost of cutting 10,000 jobs' windows a cycle.
+    """
+
+    window_seconds: float
+    sample_interval_seconds: float
+    job_age_seconds: float
+    # From the job's spec, not from what it reported.
     cpu_cores: float | None = None  # the pod's CPU limit (or request), bounds loader workers
     processes_per_node: int = 1  # training processes sharing those cores (numProcPerNode), each with its loaders
     gradient_accumulation_steps: int | None = None  # what the job runs with (its declared tunable's env value)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpuwise.metrics import Metric, catalog
-from gpuwise.observability.promql import DEVICE_IDENTITY, SIDECAR_JOB, increase, rate, sel, with_trainingjob
+from gpuwise.metrics.promql import DEVICE_IDENTITY, SIDECAR_JOB, increase, rate, sel, with_trainingjob
 
 PanelKind = Literal["timeseries", "stat", "table", "text"]
 DATASOURCE: Final = {"type": "prometheus", "uid": "${datasource}"}

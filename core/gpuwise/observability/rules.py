@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from gpuwise.metrics import Metric, catalog
-from gpuwise.observability.promql import OPERATOR_JOB, SIDECAR_JOB, increase, rate, sel, with_trainingjob
+from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB, increase, rate, sel, with_trainingjob
 
 Severity = Literal["info", "warning", "critical"]
 

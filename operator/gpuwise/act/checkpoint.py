@@ -22,11 +22,11 @@ from typing import Any, Final
 
 from gpuwise import wiring
 from gpuwise.act.measure import PerCycle
-from gpuwise.diagnose import prometheus
-from gpuwise.diagnose.labels import JobKey, job_key
 from gpuwise.kube.client import Kube
 from gpuwise.metrics import catalog
-from gpuwise.observability.promql import sel
+from gpuwise.metrics.promql import sel
+from gpuwise.prometheus.client import Prometheus
+from gpuwise.prometheus.labels import JobKey, job_key
 
 ACK_WORKER: Final = "0"
 _ACKS_OF_WORKER_0: Final = sel(catalog.CHECKPOINT_ACK, f'worker="{ACK_WORKER}"')
@@ -62,7 +62,7 @@ async def withdraw(kube: Kube, pods: Sequence[Mapping[str, Any]], request_id: st
 class Acks:
     """Every worker-0 acknowledgement Prometheus holds, read at most once per cycle."""
 
-    def __init__(self, source: prometheus.Prometheus, cycle_seconds: float) -> None:
+    def __init__(self, source: Prometheus, cycle_seconds: float) -> None:
         self.source = source
         self._answers = PerCycle(self._read, cycle_seconds)
 

@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from gpuwise.api.trainingjob import Measurement
-from gpuwise.diagnose import prometheus
-from gpuwise.diagnose.labels import JobKey, job_key
 from gpuwise.metrics import catalog
-from gpuwise.observability.promql import rate, sel, with_trainingjob
+from gpuwise.metrics.promql import rate, sel, with_trainingjob
+from gpuwise.prometheus.client import Prometheus
+from gpuwise.prometheus.labels import JobKey, job_key
 
 T = TypeVar("T")
 
@@ -59,7 +59,7 @@ def by_job(result: list[dict[str, Any]]) -> dict[JobKey, float]:
 class Meter:
     """Throughput (samples/s) and mean GPU utilization of every job over `window_seconds`."""
 
-    def __init__(self, source: prometheus.Prometheus, window_seconds: float, cycle_seconds: float) -> None:
+    def __init__(self, source: Prometheus, window_seconds: float, cycle_seconds: float) -> None:
         self.source = source
         self.window = f"{max(1, round(window_seconds))}s"
         self._readings = PerCycle(self._read, cycle_seconds)

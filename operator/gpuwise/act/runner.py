@@ -50,10 +50,10 @@ from gpuwise.api.trainingjob import (
     Phase,
     Recommendation,
 )
-from gpuwise.diagnose.labels import JobKey
 from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
 from gpuwise.kube.trainingjob import as_body, follow_mutable_fields, parse_spec
+from gpuwise.prometheus.labels import JobKey
 
 JsonDict = dict[str, Any]
 # Steps one cycle may take for one job (e.g. Planned → WaitingForCheckpoint at once).

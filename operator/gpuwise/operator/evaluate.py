@@ -35,7 +35,6 @@ import kopf
 from pydantic import ValidationError
 
 from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase, Recommendation
-from gpuwise.diagnose import prometheus
 from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.summary import Figures, figures
 from gpuwise.diagnose.window import JobWindow, Sustain
@@ -44,6 +43,9 @@ from gpuwise.kube.trainingjob import as_body
 from gpuwise.operator.job_settings import JobSettings, JobSettingsCache
 from gpuwise.operator.metrics import JOBS, JobSeries
 from gpuwise.operator.reconcile import Context as ReconcileContext
+from gpuwise.prometheus import batched
+from gpuwise.prometheus.client import Prometheus, PrometheusError
+from gpuwise.prometheus.snapshot import JobFacts, Snapshot
 
 if TYPE_CHECKING:  # the runner imports from the operator package: only its type is needed here
     from gpuwise.act.runner import Runner
@@ -70,9 +72,9 @@ def _unix_seconds(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def job_facts(body: Mapping[str, Any], settings: JobSettings, now: datetime) -> prometheus.JobFacts:
+def job_facts(body: Mapping[str, Any], settings: JobSettings, now: datetime) -> JobFacts:
     started = (body.get("status") or {}).get("startTime") or body.get("metadata", {}).get("creationTimestamp")
-    return prometheus.JobFacts(
+    return JobFacts(
         age_seconds=now.timestamp() - _unix_seconds(started) if started else 0.0,
         cpu_cores=settings.cpu_cores,
         processes_per_node=settings.processes_per_node,
@@ -248,7 +250,7 @@ class Evaluator:
 
     def __init__(
         self,
-        source: prometheus.Prometheus,
+        source: Prometheus,
         cycle_seconds: float,
         step_seconds: float = 15.0,
         clock: Callable[[], float] = time.time,
@@ -262,7 +264,7 @@ class Evaluator:
         self.step_seconds = step_seconds
         # Unchanged efficiency figures are rewritten this often, so that a status is never older.
         self.refresh_seconds = refresh_seconds
-        self._snapshots: dict[tuple[float, float], prometheus.Snapshot] = {}
+        self._snapshots: dict[tuple[float, float], Snapshot] = {}
         self._locks: collections.defaultdict[tuple[float, float], asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.fetches = 0
         self.settings = JobSettingsCache()
@@ -272,12 +274,12 @@ class Evaluator:
         """The clock's time to the second, one object a second: every job of a cycle asks."""
         return _second(int(self.clock()))
 
-    def ready(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot | None:
+    def ready(self, window_seconds: float, step_seconds: float) -> Snapshot | None:
         """This cycle's read, when it is done: for most jobs of a cycle, with no coroutine to await."""
         current = self._snapshots.get((window_seconds, step_seconds))
         return current if current is not None and self.clock() - current.now < self.cycle_seconds else None
 
-    async def snapshot(self, window_seconds: float, step_seconds: float) -> prometheus.Snapshot:
+    async def snapshot(self, window_seconds: float, step_seconds: float) -> Snapshot:
         key = (window_seconds, step_seconds)
         if (current := self.ready(window_seconds, step_seconds)) is not None:
             return current
@@ -289,7 +291,7 @@ class Evaluator:
             # (`fetch`): not two cycles' worth of series in memory at once.
             self._snapshots.pop(key, None)
             fresh = await asyncio.to_thread(
-                prometheus.fetch,
+                batched.fetch,
                 self.source,
                 now=now,
                 window_seconds=window_seconds,
@@ -339,7 +341,7 @@ async def publish_efficiency(
         return []  # the reconciler reports what is wrong with the spec
     try:
         evaluation = await evaluator.evaluate(body, settings)
-    except prometheus.PrometheusError as exc:
+    except PrometheusError as exc:
         logger.warning("cannot evaluate efficiency: %s", exc)
         return []
     enforced = settings.mode is EfficiencyMode.ENFORCE
@@ -387,5 +389,5 @@ async def evaluate_job(
         # The runner also advances any job's action in flight (one started before its mode changed).
         try:
             await runner.run(raw, list(pods), fleet, recommendations)
-        except prometheus.PrometheusError as exc:  # the action waits where it is; the next cycle retries
+        except PrometheusError as exc:  # the action waits where it is; the next cycle retries
             logger.warning("cannot advance actions: %s", exc)

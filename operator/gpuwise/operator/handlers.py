@@ -24,13 +24,13 @@ from gpuwise.act.measure import Meter
 from gpuwise.act.runner import Runner
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
-from gpuwise.diagnose.prometheus import Prometheus
 from gpuwise.kube.client import Kube
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.inject import inject_sidecar
 from gpuwise.operator.metrics import JOBS
 from gpuwise.operator.reconcile import Context, reconcile
+from gpuwise.prometheus.client import Prometheus
 
 JsonDict = dict[str, Any]
 TRAININGJOBS = (wiring.API_GROUP, VERSION, PLURAL)

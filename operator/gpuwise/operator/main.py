@@ -13,13 +13,13 @@ from collections.abc import Sequence
 import kopf
 
 from gpuwise import wiring
-from gpuwise.diagnose.prometheus import Prometheus
 from gpuwise.kube.client import Kube, connect
 from gpuwise.operator import metrics
 from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
 from gpuwise.operator.evaluate import Evaluator
 from gpuwise.operator.handlers import build_registry, build_runner
 from gpuwise.operator.reconcile import Context
+from gpuwise.prometheus.client import Prometheus
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -1,6 +1,6 @@
 """A round's range answers read into each series' points, joined to the previous round's.
 
-The batched read (`gpuwise.diagnose.prometheus.fetch`) asks, after its first round, only for the
+The batched read (`gpuwise.prometheus.batched.fetch`) asks, after its first round, only for the
 last few steps of the window: `Splice` says which previous points a series keeps and how the new
 ones join them, `Reader` reads an answer into points, with or without a previous round.
 """
@@ -13,12 +13,12 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from gpuwise.diagnose import matrix
-from gpuwise.diagnose.labels import JobKey, LabelSets
 from gpuwise.diagnose.window import Points, slowdown_bits
+from gpuwise.prometheus import answers
+from gpuwise.prometheus.labels import JobKey, LabelSets
 
 if TYPE_CHECKING:  # the snapshot's module reads with this one: only its type is needed here
-    from gpuwise.diagnose.prometheus import Snapshot
+    from gpuwise.prometheus.snapshot import Snapshot
 
 OVERLAP_STEPS: Final = 1  # re-read by an incremental read before the previous one's last point (see `fetch`)
 K = TypeVar("K")
@@ -32,11 +32,11 @@ class Splice:
     the re-read start (`read`), then the new answer's. Mostly both lie on their query's grid
     (`Grid.times`, which their points share): then it is a slice of the previous values and one
     concatenation, onto the new window's shared times, and a series of zeros before and now
-    stays the one shared array of zeros (`matrix.zeros`). Any other (a series with gaps, one
+    stays the one shared array of zeros (`answers.zeros`). Any other (a series with gaps, one
     that started late) is cut by its times, and shares what a full read's would.
     """
 
-    def __init__(self, previous: Snapshot, before: matrix.Grid, window: matrix.Grid, read: matrix.Grid) -> None:
+    def __init__(self, previous: Snapshot, before: answers.Grid, window: answers.Grid, read: answers.Grid) -> None:
         self.previous, self.window, self.read = previous, window, read
         step = window.step_ms
         # A series on its grid before (`before_times`) keeps the values at `kept`.
@@ -47,7 +47,7 @@ class Splice:
         self._start, self._reread = window.start, read.start
 
     @classmethod
-    def after(cls, previous: Snapshot | None, window: matrix.Grid, window_seconds: float) -> Splice | None:
+    def after(cls, previous: Snapshot | None, window: answers.Grid, window_seconds: float) -> Splice | None:
         """How to join this round to `previous`; None when it cannot be: the round reads the whole window."""
         before = previous.grid if previous is not None else None
         if previous is None or before is None or previous.window_seconds != window_seconds:
@@ -58,7 +58,7 @@ class Splice:
         if before.last_ms > window.last_ms or reread_ms <= window.first_ms:
             return None  # the clock went back, or the previous round is about as old as the window
         count = (window.last_ms - reread_ms) // window.step_ms + 1
-        return cls(previous, before, window, matrix.Grid(reread_ms, window.step_ms, count))
+        return cls(previous, before, window, answers.Grid(reread_ms, window.step_ms, count))
 
     def reached(self, old: Points) -> bool:
         """Whether `old`, a previous round's series, has a point at that round's last step: it was answered."""
@@ -81,19 +81,19 @@ class Splice:
             return self._cut_by_times(old, new)
         low = max(0, (start - first) // step)
         high = max(low, min(len(old), (reread - first) // step))
-        kept_first, zeros = first + low * step, matrix.shared_zeros(old.values)
+        kept_first, zeros = first + low * step, answers.shared_zeros(old.values)
         values = old.values[low:high]
         if not values:
             return new
         if new is None:
-            return Points(self.times(kept_first, len(values)), matrix.zeros_of(len(values)) if zeros else values)
-        zeros = zeros and matrix.shared_zeros(new.values)
+            return Points(self.times(kept_first, len(values)), answers.zeros_of(len(values)) if zeros else values)
+        zeros = zeros and answers.shared_zeros(new.values)
         count = len(values) + len(new)
         if kept_first + len(values) * step == new_first:  # no step missing between them
             times = self.times(kept_first, count)
         else:
             times = self.times(kept_first, len(values)) + new.times
-        return Points(times, matrix.zeros_of(count) if zeros else values + new.values)
+        return Points(times, answers.zeros_of(count) if zeros else values + new.values)
 
     def _first(self, points: Points) -> int | None:
         """The time of the first of `points`, in ms, where they are at every step from it to the last; else None."""
@@ -112,7 +112,7 @@ class Splice:
         window = self.window
         if (first_ms, count) == (window.first_ms, window.count):
             return window.times
-        return matrix.grid_times(first_ms, window.step_ms, count)
+        return answers.grid_times(first_ms, window.step_ms, count)
 
     def _cut_by_times(self, old: Points, new: Points | None) -> Points | None:
         """`cut` for series with steps missing: by their times."""
@@ -120,7 +120,7 @@ class Splice:
         times, values = old.times[low:high], old.values[low:high]
         if new is not None:
             times, values = times + new.times, values + new.values
-        return Points(matrix.shared(times, self.window.step_ms), values) if values else None
+        return Points(answers.shared(times, self.window.step_ms), values) if values else None
 
     def series(self, new: dict[JobKey, Points], gone: Mapping[JobKey, Points]) -> dict[JobKey, Points]:
         """`new` with the `gone` series that it no longer has, cut to their points before the re-read."""
@@ -153,7 +153,7 @@ class Reader:
     them all, each one's values are a slice of the piece's, parsed in one pass (`Piece.values`).
     """
 
-    def __init__(self, grid: matrix.Grid, splice: Splice | None, labels: LabelSets) -> None:
+    def __init__(self, grid: answers.Grid, splice: Splice | None, labels: LabelSets) -> None:
         self.read = grid if splice is None else splice.read
         self.splice = splice
         self.labels = labels
@@ -161,14 +161,14 @@ class Reader:
         self._before: array[float] | None = splice.before_times if splice is not None else None
         self._zeros = Points(self.read.times, self.read.zeros())  # for every series of zeros throughout
 
-    def _values(self, piece: matrix.Piece) -> list[array[float]]:
+    def _values(self, piece: answers.Piece) -> list[array[float]]:
         """Each series' values."""
         count, every = self.read.count, piece.values()
         if len(every) == count * len(piece.pairs):
             return [every[at : at + count] for at in range(0, len(every), count)]
         ends = list(itertools.accumulate(text.count(b"],[") + 1 for _, text in piece.pairs))
         if ends[-1] != len(every):
-            raise matrix.MalformedAnswer("not a Prometheus matrix answer: its points are misshapen")
+            raise answers.MalformedAnswer("not a Prometheus matrix answer: its points are misshapen")
         return [every[start:end] for start, end in zip([0, *ends], ends, strict=False)]
 
     def _points(self, text: bytes, values: array[float], old: Points | None) -> Points:
@@ -184,17 +184,17 @@ class Reader:
             kept = old.values[splice.kept] + values
             return Points(window.times if count == read.count else splice.times(window.first_ms, len(kept)), kept)
         if at is None:
-            times = matrix.times(text, count, read.step)
+            times = answers.times(text, count, read.step)
         elif count == read.count:
             if values is self._zeros.values and (old is None or splice is None):
                 return self._zeros
             times = read.times
         else:
-            times = matrix.grid_times(read.first_ms + at * read.step_ms, read.step_ms, count)
+            times = answers.grid_times(read.first_ms + at * read.step_ms, read.step_ms, count)
         new = Points(times, values)
         return new if old is None or splice is None else splice.join(old, new)
 
-    def per_job(self, answer: Iterable[matrix.Piece], old: Mapping[JobKey, Points]) -> dict[JobKey, Points]:
+    def per_job(self, answer: Iterable[answers.Piece], old: Mapping[JobKey, Points]) -> dict[JobKey, Points]:
         """Per job, the points of its series in a per-job range answer; `old`'s are taken from it (see `fetch`)."""
         previous = take_over(old)
         points, take, found = self._points, previous.pop, {}
@@ -208,7 +208,7 @@ class Reader:
         return found
 
     def per_worker(
-        self, answer: Iterable[matrix.Piece], old: Mapping[JobKey, Mapping[int, Points]], *, clocks: bool = False
+        self, answer: Iterable[answers.Piece], old: Mapping[JobKey, Mapping[int, Points]], *, clocks: bool = False
     ) -> dict[JobKey, dict[int, Points]]:
         """Per job, per worker index, the points of that worker's series; series without a worker index left out.
 
@@ -243,7 +243,7 @@ def take_over(old: Mapping[K, V]) -> dict[K, V]:
     return old if isinstance(old, dict) else dict(old)
 
 
-def columns(pairs: Sequence[matrix.Pair]) -> tuple[Sequence[bytes], Sequence[bytes]]:
+def columns(pairs: Sequence[answers.Pair]) -> tuple[Sequence[bytes], Sequence[bytes]]:
     """The first and the second of each pair."""
     if not pairs:
         return (), ()
@@ -257,9 +257,9 @@ def slowdowns(text: bytes) -> array[float]:
     A mask takes a handful of values, each repeated over many samples: each distinct one is
     parsed and masked once.
     """
-    masked = matrix.zeros(text)
+    masked = answers.zeros(text)
     if masked is None:
-        texts = matrix.texts(text)
+        texts = answers.texts(text)
         bits = {text: float(slowdown_bits(float(text))) for text in set(texts)}
         masked = array("d", map(bits.__getitem__, texts))
     return masked

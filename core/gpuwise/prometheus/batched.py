@@ -16,30 +16,26 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
-from gpuwise.diagnose import matrix
-from gpuwise.diagnose.heap import read_heap
-from gpuwise.diagnose.incremental import Reader, Splice, columns, take_over
-from gpuwise.diagnose.labels import JobKey, LabelSets
 from gpuwise.diagnose.straggler import step_extremes_by_job
-from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Points
+from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, REPORTED_FIELDS, Points, Reported
 from gpuwise.metrics import Metric, catalog
-from gpuwise.observability.promql import sel, with_trainingjob
+from gpuwise.metrics.promql import sel, with_trainingjob
+from gpuwise.prometheus import answers
+from gpuwise.prometheus.client import Prometheus, PrometheusError
+from gpuwise.prometheus.heap import read_heap
+from gpuwise.prometheus.incremental import Reader, Splice, columns, take_over
+from gpuwise.prometheus.labels import JobKey, LabelSets
+from gpuwise.prometheus.snapshot import Snapshot
 
 BY_JOB: Final = "by (namespace, trainingjob)"
 MIB: Final = 1024 * 1024
 PARALLEL_QUERIES: Final = 4
-CHUNK_BYTES: Final = 1 << 18  # read from an answer at a time
 
 # Compute capability by GPU family, from the modelName label NVML reports (e.g. "NVIDIA H100 80GB HBM3").
 # NVML writes "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB": match a token.
@@ -138,177 +134,7 @@ def instant_queries(window: str) -> dict[str, str]:
     }
 
 
-class Reported(NamedTuple):
-    """What one round of queries read of one job, as its window holds it; not answered: None, an
-    empty series or mapping, or no GPU (`gpus` 0), as each field's default says.
-
-    `JobWindow`'s fields from `gpu_utilization` to `pcie_rx_bytes_per_second`, in their order: a
-    window is the snapshot's settings, the job's age, these, then the job's own facts, all as
-    positional arguments (`Snapshot.window`). Made for every job at once as the round ends
-    (`_by_job`), one table at a time: taken a job at a time as its timer asks, each of a
-    record's objects was by then out of the CPU's caches, and cutting the windows cost more
-    than making them here.
-    """
-
-    # The range queries' values (`range_queries`)...
-    gpu_utilization: Sequence[float] = ()
-    data_wait_fraction: Sequence[float] = ()
-    sm_active: Sequence[float] = ()
-    # ...the instant queries' facts (`instant_queries`)...
-    sm_activity: float | None = None
-    tensor_activity: float | None = None
-    memory_used_mib: float | None = None
-    memory_total_mib: float | None = None
-    seconds_since_last_step: float | None = None
-    gpus: int = 0
-    gpu_model: str | None = None
-    compute_capability: tuple[int, int] | None = None
-    batch_size: int | None = None
-    num_workers: int | None = None
-    pin_memory: bool | None = None
-    autocast: bool | None = None
-    memory_by_batch: Sequence[tuple[int, float]] = ()
-    # ...and the per-worker series, the step times as `Snapshot.worker_steps` holds them.
-    worker_step_seconds: Mapping[int, Points] = MappingProxyType({})
-    # The smallest and largest of the workers' step times (`straggler.step_extremes`), taken as
-    # they are read: a rule taking them later, from memory, took 25 µs a job.
-    worker_step_extremes: tuple[float, float] | None = None
-    clock_slowdowns: Mapping[int, Sequence[float]] = MappingProxyType({})
-    pcie_tx_bytes_per_second: float | None = None
-    pcie_rx_bytes_per_second: float | None = None
-
-
-NOT_REPORTED: Final = Reported()
-
-
-class PrometheusError(RuntimeError):
-    """Prometheus could not answer; the message says which query and why."""
-
-
-@dataclass(frozen=True)
-class Prometheus:
-    url: str
-    timeout: float = 10.0
-
-    def _chunks(self, path: str, params: Mapping[str, str]) -> Iterator[bytes]:
-        """The answer's body as it arrives, `CHUNK_BYTES` at a time: the one request every query makes."""
-        address = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(address, timeout=self.timeout) as response:
-                while chunk := response.read(CHUNK_BYTES):
-                    yield chunk
-        except (urllib.error.URLError, OSError) as exc:
-            raise PrometheusError(f"{self.url}: {params.get('query')!r} failed: {exc}") from exc
-
-    def _get(self, path: str, params: Mapping[str, str]) -> bytes:
-        return b"".join(self._chunks(path, params))
-
-    def _result(self, body: bytes, query: str) -> Any:
-        try:
-            answer = json.loads(body)
-        except ValueError as exc:
-            raise PrometheusError(f"{self.url}: {query!r} failed: {exc}") from exc
-        if answer.get("status") != "success":
-            raise PrometheusError(f"{self.url}: {query!r}: {answer.get('error', answer)}")
-        return answer["data"]["result"]
-
-    def instant(self, query: str, at: float) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._result(
-            self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"}), query
-        )
-        return result
-
-    def vector(self, query: str, at: float) -> list[matrix.Pair]:
-        """An instant query's samples as (label set as written, value text): see `gpuwise.diagnose.matrix`."""
-        body = self._get("/api/v1/query", {"query": query, "time": f"{at:.3f}"})
-        try:
-            samples = matrix.vector(body)
-        except matrix.MalformedAnswer as exc:
-            raise PrometheusError(f"{self.url}: {query!r}: {exc}") from exc
-        if samples is None:
-            self._result(body, query)  # raises with Prometheus' own error
-            raise PrometheusError(f"{self.url}: {query!r}: the answer is not a vector of samples")
-        return samples
-
-    def range(self, query: str, start: float, end: float, step: float) -> Iterator[matrix.RangeSeries]:
-        """The series of a range query, decoded as the answer arrives (see `gpuwise.diagnose.matrix`)."""
-        for piece in self.range_texts(query, start, end, step):
-            for raw, text in piece.pairs:
-                yield matrix.RangeSeries(raw, text)
-
-    def range_texts(self, query: str, start: float, end: float, step: float) -> Iterator[matrix.Piece]:
-        """A range query's series as (label set as written, points text), a `matrix.Piece` at a time.
-
-        A piece is freed once its series are cut from it: at 10,000 jobs of 4 workers an answer
-        is up to 66 MB, which need never be in memory whole.
-        """
-        params = {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        chunks = self._chunks("/api/v1/query_range", params)
-        head = b""
-        for chunk in chunks:
-            head += chunk
-            if len(head) >= len(matrix.SUCCESSFUL_MATRIX):
-                break
-        if not head.startswith(matrix.SUCCESSFUL_MATRIX):
-            self._result(head + b"".join(chunks), query)  # raises with Prometheus' own error
-            raise PrometheusError(f"{self.url}: {query!r}: the answer is not a range of series")
-        try:
-            yield from matrix.matrix_in(itertools.chain([head], chunks))
-        except matrix.MalformedAnswer as exc:
-            raise PrometheusError(f"{self.url}: {query!r}: {exc}") from exc
-
-
-@dataclass(slots=True)  # not frozen: one is made per job and cycle, and only read
-class JobFacts:
-    """What the caller knows of a job that Prometheus does not: its age, CPU and configuration."""
-
-    age_seconds: float
-    cpu_cores: float | None = None
-    processes_per_node: int = 1
-    gradient_accumulation_steps: int | None = None  # no metric reports it: the job's env says it
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Every job's series and facts from one round of queries; windows are cut from it per job.
-
-    A series keeps its times as well as its values, so that the next round can join its new
-    points to these (`fetch(previous=)`); a `JobWindow` gets the values (`Points.values`).
-    """
-
-    now: float
-    window_seconds: float
-    step_seconds: float
-    series: Mapping[str, Mapping[JobKey, Points]]
-    # Per job, per worker index: (unix time, mean step seconds).
-    worker_steps: Mapping[JobKey, Mapping[int, Points]] = field(default_factory=dict)
-    # Per job, per worker index: the clock-slowdown bits at each sample.
-    clock_slowdowns: Mapping[JobKey, Mapping[int, Points]] = field(default_factory=dict)
-    # Per job, all of the above and the instant queries' facts in one record.
-    by_job: Mapping[JobKey, Reported] = field(default_factory=dict)
-    # The times the range queries were evaluated at (`matrix.Grid.ending(now, ...)`).
-    grid: matrix.Grid | None = None
-    # What the label sets of this round's answers and earlier ones say: the next round decodes
-    # only those it has not seen.
-    label_sets: LabelSets = field(default_factory=LabelSets, repr=False, compare=False)
-
-    def jobs(self) -> list[JobKey]:
-        """Every (namespace, trainingjob) that some query returned, sorted; unlabelled series left out."""
-        return sorted(key for key in self.by_job if all(key))
-
-    def window(self, key: JobKey, job: JobFacts) -> JobWindow:
-        return JobWindow(
-            self.window_seconds,
-            self.step_seconds,
-            job.age_seconds,
-            *self.by_job.get(key, NOT_REPORTED),
-            job.cpu_cores,
-            job.processes_per_node,
-            job.gradient_accumulation_steps,
-        )
-
-
-def _facts(name: str, samples: Sequence[matrix.Pair], labels: LabelSets) -> dict[JobKey, Any]:
+def _facts(name: str, samples: Sequence[answers.Pair], labels: LabelSets) -> dict[JobKey, Any]:
     raws, values = columns(samples)
     said = labels.of(raws)
     if name == "gpu_model":
@@ -349,31 +175,33 @@ def _by_job(
         return [bool(value) if value is not None else None for value in fact(name)]
 
     models, batches = fact("gpu_model"), whole("batch_size")
-    no_workers: Mapping[int, Points] = NOT_REPORTED.worker_step_seconds
-    columns = [
-        *map(values, range_queries()),
-        *map(fact, ("sm_activity", "tensor_activity", "memory_used_mib", "memory_total_mib")),
-        [now - last if last is not None else None for last in fact("last_step")],
-        [int(gpus) if gpus is not None else 0 for gpus in fact("gpus")],
-        models,
-        list(map(compute_capability, models)),
-        batches,
-        whole("num_workers"),
-        flag("pin_memory"),
-        flag("autocast"),
-        [
+    no_workers: Mapping[int, Points] = MappingProxyType({})
+    columns: dict[str, list[Any]] = {
+        **{name: values(name) for name in range_queries()},
+        **{name: fact(name) for name in ("sm_activity", "tensor_activity", "memory_used_mib", "memory_total_mib")},
+        "seconds_since_last_step": [now - last if last is not None else None for last in fact("last_step")],
+        "gpus": [int(gpus) if gpus is not None else 0 for gpus in fact("gpus")],
+        "gpu_model": models,
+        "compute_capability": list(map(compute_capability, models)),
+        "batch_size": batches,
+        "num_workers": whole("num_workers"),
+        "pin_memory": flag("pin_memory"),
+        "autocast": flag("autocast"),
+        "memory_by_batch": [
             ((batch, reserved / MIB),) if batch and reserved else ()
             for batch, reserved in zip(batches, fact("cuda_reserved_peak_bytes"), strict=True)
         ],
-        [workers or no_workers for workers in column(worker_steps)],
-        column(extremes),
-        [
+        "worker_step_seconds": [workers or no_workers for workers in column(worker_steps)],
+        "worker_step_extremes": column(extremes),
+        "clock_slowdowns": [
             {worker: points.values for worker, points in workers.items()} if workers else no_workers
             for workers in column(slowdowns)
         ],
-        *map(fact, ("pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second")),
-    ]
-    return dict(zip(keys, map(Reported, *columns), strict=True))
+        **{name: fact(name) for name in ("pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second")},
+    }
+    if columns.keys() != set(REPORTED_FIELDS):  # a field added to `Reported` and not read here, or the reverse
+        raise AssertionError(f"columns and Reported differ: {sorted(columns.keys() ^ set(REPORTED_FIELDS))}")
+    return dict(zip(keys, map(Reported, *(columns[name] for name in REPORTED_FIELDS)), strict=True))
 
 
 def fetch(
@@ -386,10 +214,10 @@ def fetch(
     Each answer is decoded in the thread that fetched it, so that its body (up to 70 MB at
     10,000 jobs of 4 workers) is freed as soon as it is read rather than held with all the others.
 
-    The range queries are evaluated on the multiples of the step (`matrix.Grid.ending`), so the
+    The range queries are evaluated on the multiples of the step (`answers.Grid.ending`), so the
     newest point is up to one step older than `now`; the instant queries are at `now`.
 
-    Incremental reads (`gpuwise.diagnose.incremental`). Given the `previous` round's snapshot (same
+    Incremental reads (`gpuwise.prometheus.incremental`). Given the `previous` round's snapshot (same
     window and step), each range query asks only from `OVERLAP_STEPS` before that round's last
     point on; its answer replaces the previous points from there, and the previous points before
     it, still in the new window, are kept (`Splice`). The re-read covers the points that a scrape
@@ -416,7 +244,7 @@ def fetch(
     its facts dropped, so that two rounds' series (some 60 MB at 10,000 jobs) are never in memory
     together. It must not be used afterwards; a read that fails leaves none to join to.
     """
-    grid = matrix.Grid.ending(now, window_seconds, step_seconds)
+    grid = answers.Grid.ending(now, window_seconds, step_seconds)
     splice = Splice.after(previous, grid, window_seconds)
     labels = previous.label_sets if previous is not None else LabelSets()
     if previous is not None:  # taken over: its records are of no use, its series are taken as they are joined
@@ -424,7 +252,7 @@ def fetch(
     reader = Reader(grid, splice, labels)
     read = reader.read
 
-    def ranged(query: str) -> Iterator[matrix.Piece]:
+    def ranged(query: str) -> Iterator[answers.Piece]:
         return source.range_texts(query, read.start, read.end, read.step)
 
     def job_series(name: str, query: str) -> dict[JobKey, Points]:
@@ -466,7 +294,7 @@ def fetch(
             by_job = _by_job(
                 now, facts, series=series, worker_steps=worker_steps, extremes=extremes, slowdowns=slowdowns
             )
-    except matrix.MalformedAnswer as exc:  # a label set that is not JSON
+    except answers.MalformedAnswer as exc:  # a label set that is not JSON
         raise PrometheusError(f"{source.url}: {exc}") from exc
     del facts  # each fact is in its job's record now: not 14 tables of them besides
     labels.prune(lambda: set(by_job))

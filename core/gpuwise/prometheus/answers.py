@@ -5,7 +5,7 @@ builds a list, an int and a str for each of its 610,000 points, and we then conv
 again: about 0.8 s of operator CPU per query, most of an evaluation cycle (bench/evaluate.py).
 A successful answer's shape is fixed by Prometheus' HTTP API, so here a series is two byte
 strings cut from the body by one regular expression: its label set as Prometheus wrote it (the
-caller decodes each distinct one once, see `gpuwise.diagnose.prometheus`) and the text of its
+caller decodes each distinct one once, see `gpuwise.prometheus.batched`) and the text of its
 points, read when a caller asks for them. Any other answer (an error, another result type) is for
 `json.loads`.
 

@@ -21,11 +21,13 @@ from typing import Any, Final
 
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import ActionKind, EfficiencySummary, Tunables
-from gpuwise.diagnose import prometheus
-from gpuwise.diagnose.labels import JobKey
 from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
 from gpuwise.diagnose.summary import figures
 from gpuwise.diagnose.window import JobWindow, Sustain
+from gpuwise.prometheus import batched
+from gpuwise.prometheus.client import Prometheus, PrometheusError
+from gpuwise.prometheus.labels import JobKey
+from gpuwise.prometheus.snapshot import JobFacts
 
 USAGE_ERROR: Final = 2
 # Prometheus refuses range queries of more than 11,000 points per series.
@@ -119,11 +121,11 @@ def _select(jobs: list[JobKey], namespace: str | None, name: str | None) -> list
 
 
 def run(args: argparse.Namespace) -> list[Result]:
-    source = prometheus.Prometheus(_check_url(args.prometheus_url), timeout=args.timeout)
+    source = Prometheus(_check_url(args.prometheus_url), timeout=args.timeout)
     window_seconds, step_seconds = _durations(args.window, args.step)
     try:
-        snapshot = prometheus.fetch(source, now=time.time(), window_seconds=window_seconds, step_seconds=step_seconds)
-    except prometheus.PrometheusError as exc:
+        snapshot = batched.fetch(source, now=time.time(), window_seconds=window_seconds, step_seconds=step_seconds)
+    except PrometheusError as exc:
         cause = exc.__cause__
         if isinstance(cause, urllib.error.URLError):
             why = f"cannot reach {source.url}: {cause.reason}"
@@ -134,7 +136,7 @@ def run(args: argparse.Namespace) -> list[Result]:
         raise UsageError(f"{why}; check --prometheus-url and that Prometheus is up") from exc
     sustain = Sustain()
     # Unknown age: old enough that the grace period holds nothing back (see EPILOG).
-    facts = prometheus.JobFacts(age_seconds=sustain.grace_seconds + window_seconds)
+    facts = JobFacts(age_seconds=sustain.grace_seconds + window_seconds)
     now = datetime.fromtimestamp(snapshot.now, tz=UTC).replace(microsecond=0)
     results = []
     for key in _select(snapshot.jobs(), args.namespace, args.trainingjob):

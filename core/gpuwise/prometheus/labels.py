@@ -1,6 +1,6 @@
 """What a series' label set says, decoded once per label set rather than once per series.
 
-Every answer of the batched read (`gpuwise.diagnose.prometheus`) spells every job's labels again;
+Every answer of the batched read (`gpuwise.prometheus.batched`) spells every job's labels again;
 `LabelSets` turns the bytes Prometheus wrote into a job key, a worker index and a GPU model, and
 keeps them from one round to the next.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from gpuwise.diagnose import matrix
+from gpuwise.prometheus import answers
 
 JobKey = tuple[str, str]  # (namespace, trainingjob)
 
@@ -62,7 +62,7 @@ class LabelSets:
         try:
             decoded: dict[str, str] = json.loads(raw)
         except ValueError as exc:
-            raise matrix.MalformedAnswer(f"not a label set: {raw[:200]!r}") from exc
+            raise answers.MalformedAnswer(f"not a label set: {raw[:200]!r}") from exc
         key = job_key(decoded)
         worker = decoded.get("worker", "")
         labels = (
