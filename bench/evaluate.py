@@ -60,8 +60,7 @@ from kopf._core.engines import posting  # kopf's Event queue: where kopf.info()/
 
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import KIND, Tunables
-from gpuwise.diagnose.rules import Context as DiagnosisContext
-from gpuwise.diagnose.rules import DiagnosisThresholds, diagnose
+from gpuwise.diagnose.rules import DiagnosisThresholds, RuleContext, diagnose
 from gpuwise.diagnose.window import Sustain
 from gpuwise.kube.client import Kube
 from gpuwise.metrics import Metric, catalog
@@ -69,7 +68,7 @@ from gpuwise.metrics.promql import sel
 from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.handlers import build_runner
-from gpuwise.operator.reconcile import Context
+from gpuwise.operator.reconcile import ReconcileContext
 from gpuwise.prometheus.client import Prometheus
 from gpuwise.prometheus.heap import FULL_COLLECTION_GROWTH, read_heap
 from gpuwise.prometheus.snapshot import JobFacts, Snapshot
@@ -436,7 +435,7 @@ async def operator_cycles(args: argparse.Namespace) -> dict[str, Any]:
     ]
     kube = OfflineKube(bodies)
     del bodies  # from here on, the stored objects are the kube's
-    context = Context(kube=kube, settings=settings)
+    context = ReconcileContext(kube=kube, settings=settings)
     evaluator = Evaluator(source, cycle, parse_duration(args.step), clock=lambda: clock[0])
     runner = build_runner(kube, source, settings)
     events = queue_events()
@@ -504,7 +503,7 @@ def diagnosis_only(snapshot: Snapshot, now: float) -> dict[str, Any]:
     kinds: Counter[str] = Counter()
     cpu = time.process_time()
     for key in snapshot.jobs():
-        context = DiagnosisContext(
+        context = RuleContext(
             window=snapshot.window(key, facts),
             tunables=Tunables(),
             thresholds=DiagnosisThresholds(),

@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from gpuwise.decide.packing.registry import POLICIES
+from gpuwise.simulate.cluster_trace import load_nodes, load_pods
 from gpuwise.simulate.experiment import run_policy
-from gpuwise.simulate.trace import load_nodes, load_pods
 
 OPENB = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openb"
 BUDGET_SECONDS = 60.0

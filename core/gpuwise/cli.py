@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 # verb -> (module with a `main(argv) -> int`, one-line help)
 VERBS: dict[str, tuple[str, str]] = {
-    "operator": ("gpuwise.operator.main", "run the Kubernetes operator"),
-    "sidecar": ("gpuwise.sidecar.main", "run the telemetry exporter next to a training pod"),
-    "run": ("gpuwise.local.main", "run a training command locally with telemetry and a report"),
+    "operator": ("gpuwise.operator.operator_command", "run the Kubernetes operator"),
+    "sidecar": ("gpuwise.sidecar.sidecar_command", "run the telemetry exporter next to a training pod"),
+    "run": ("gpuwise.local.run_command", "run a training command locally with telemetry and a report"),
     "crd": ("gpuwise.api.crd", "print the TrainingJob CustomResourceDefinition"),
-    "simulate": ("gpuwise.simulate.main", "replay a cluster trace through the planners"),
+    "simulate": ("gpuwise.simulate.simulate_command", "replay a cluster trace through the planners"),
     "diagnose": ("gpuwise.diagnose_command", "diagnose running jobs from a Prometheus server"),
 }
 

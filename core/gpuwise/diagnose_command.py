@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import ActionKind, EfficiencySummary, Tunables
-from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.rules import Diagnosis, DiagnosisThresholds, RuleContext, diagnose
 from gpuwise.diagnose.summary import figures
 from gpuwise.diagnose.window import JobWindow, Sustain
 from gpuwise.prometheus import batched
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> list[Result]:
     results = []
     for key in _select(snapshot.jobs(), args.namespace, args.trainingjob):
         window = snapshot.window(key, facts)
-        context = Context(
+        context = RuleContext(
             window=window,
             tunables=Tunables(),
             thresholds=DiagnosisThresholds(),

@@ -11,11 +11,11 @@ from typing import Any, Self
 from kubernetes import config, dynamic
 
 from gpuwise import wiring
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import ActContext, Action, ActionFailed, JobView, Plan, Progress
-from gpuwise.act.mig import known_configs
-from gpuwise.act.settings import ActionSettings
+from gpuwise.act.mig_repartition import known_configs
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Recommendation, TrainingJobSpec
-from gpuwise.decide.mig_profiles import gpu_model
+from gpuwise.hardware.mig_profiles import gpu_model
 from gpuwise.kube.client import Kube
 from gpuwise.kube.job_overrides import NONE
 

@@ -13,14 +13,14 @@ import pytest
 from pydantic import ValidationError
 
 from gpuwise import wiring
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
-from gpuwise.act.mig import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
+from gpuwise.act.mig_repartition import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
 from gpuwise.act.nodes import ANNOTATION_CORDONED_BY, held_by_budgets
-from gpuwise.act.settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionKind, ActionRecord
-from gpuwise.decide.mig import MigInstance
-from gpuwise.decide.mig_profiles import gpu_model
+from gpuwise.decide.mig_geometry import MigInstance
+from gpuwise.hardware.mig_profiles import gpu_model
 from gpuwise.kube.client import Kube
 from gpuwise.kube.job_overrides import render
 from tests.actions.support import MigManager, budget, drive, job_view, mig_node, pod, recommend, record_for

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuwise.act.action_settings import ActionSettings, GpuClass
 from gpuwise.act.adjust_config import ADJUST_CONFIG
 from gpuwise.act.machine import JobView, Plan, Refusal, compare, new_record, request_id, transition
 from gpuwise.act.reschedule import RESCHEDULE
 from gpuwise.act.runner import trimmed
-from gpuwise.act.settings import ActionSettings, GpuClass
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import (
     MAX_ACTION_HISTORY,

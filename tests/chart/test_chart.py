@@ -18,7 +18,7 @@ from gpuwise.api.crd import main as crd_main
 from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB
 from gpuwise.operator.config import OperatorSettings, SidecarSettings
 from gpuwise.operator.handlers import build_registry
-from gpuwise.operator.main import parse_args
+from gpuwise.operator.operator_command import parse_args
 from tests.chart.support import (
     CHART,
     CLUSTERWIDE_HA,

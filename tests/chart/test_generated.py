@@ -11,7 +11,7 @@ import pytest
 from gpuwise.metrics import BY_NAME, Kind
 from gpuwise.metrics.promql import rate, sel
 from gpuwise.observability import DASHBOARDS, RULE_GROUPS
-from gpuwise.observability.main import artefacts, main
+from gpuwise.observability.generate_command import artefacts, main
 from tests.chart.support import CHART, ROOT
 
 SHARED_DCGM = ROOT.parent / "shared" / "data" / "dashboards" / "dcgm-exporter-dashboard.json"

@@ -19,7 +19,7 @@ import yaml
 from gpuwise.metrics import catalog
 from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB
 from gpuwise.observability import RULE_GROUPS
-from gpuwise.observability.rules import EXPECTED_REASONS, IDLE_SECONDS, UNDERUSED_PERCENT
+from gpuwise.observability.alert_rules import EXPECTED_REASONS, IDLE_SECONDS, UNDERUSED_PERCENT
 from gpuwise.sidecar import backend
 from tests.chart.support import CHART, EVERYTHING, one, render
 
@@ -388,8 +388,8 @@ def test_efficiency_rules_use_the_diagnosis_s_thresholds() -> None:
     # The rules and the operator agree on what underused, sustained and idle mean (stragglers are the operator's).
     from gpuwise.diagnose.rules import DiagnosisThresholds
     from gpuwise.diagnose.window import Sustain
-    from gpuwise.observability import rules
+    from gpuwise.observability import alert_rules
 
-    assert DiagnosisThresholds().gpu_utilization == rules.UNDERUSED_PERCENT
-    assert DiagnosisThresholds().idle_seconds == rules.IDLE_SECONDS
-    assert (Sustain().hold_fraction, Sustain().min_coverage) == (rules.SUSTAINED_SHARE, rules.MIN_COVERAGE)
+    assert DiagnosisThresholds().gpu_utilization == alert_rules.UNDERUSED_PERCENT
+    assert DiagnosisThresholds().idle_seconds == alert_rules.IDLE_SECONDS
+    assert (Sustain().hold_fraction, Sustain().min_coverage) == (alert_rules.SUSTAINED_SHARE, alert_rules.MIN_COVERAGE)

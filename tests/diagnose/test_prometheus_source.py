@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from gpuwise.api.trainingjob import Tunables
-from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.rules import DiagnosisThresholds, RuleContext, diagnose
 from gpuwise.diagnose.window import REPORTED_FIELDS, JobWindow, Reported, Sustain
+from gpuwise.hardware.compute_capability import compute_capability
 from gpuwise.prometheus import batched as source
 from gpuwise.prometheus.client import Prometheus
 from gpuwise.prometheus.snapshot import JobFacts, Snapshot
@@ -136,7 +137,7 @@ def test_a_window_of_a_job_not_reported_holds_its_facts_only() -> None:
 def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> None:
     windows, _ = collect(prometheus_url, {JOB: JobFacts(age_seconds=3600, cpu_cores=8)})
     tunables = Tunables.model_validate({"dataLoaderWorkers": {"env": "NUM_WORKERS", "min": 1, "max": 16}})
-    ctx = Context(
+    ctx = RuleContext(
         window=windows[JOB],
         tunables=tunables,
         thresholds=DiagnosisThresholds(),
@@ -152,12 +153,12 @@ def test_the_rules_name_the_cause_from_prometheus_data(prometheus_url: str) -> N
 
 
 def test_compute_capability_by_model_name() -> None:
-    assert source.compute_capability("NVIDIA A100-SXM4-80GB") == (8, 0)
-    assert source.compute_capability("NVIDIA A100 80GB PCIe") == (8, 0)
-    assert source.compute_capability("Tesla V100-SXM2-16GB") == (7, 0)
-    assert source.compute_capability("NVIDIA A10G") == (8, 6)
-    assert source.compute_capability("NVIDIA L40S") == (8, 9)
-    assert source.compute_capability("NVIDIA H100 80GB HBM3") == (9, 0)
-    assert source.compute_capability("Quadro RTX 6000") is None  # not listed: unknown, not guessed
-    assert source.compute_capability("NVIDIA L4") == (8, 9)
-    assert source.compute_capability(None) is None
+    assert compute_capability("NVIDIA A100-SXM4-80GB") == (8, 0)
+    assert compute_capability("NVIDIA A100 80GB PCIe") == (8, 0)
+    assert compute_capability("Tesla V100-SXM2-16GB") == (7, 0)
+    assert compute_capability("NVIDIA A10G") == (8, 6)
+    assert compute_capability("NVIDIA L40S") == (8, 9)
+    assert compute_capability("NVIDIA H100 80GB HBM3") == (9, 0)
+    assert compute_capability("Quadro RTX 6000") is None  # not listed: unknown, not guessed
+    assert compute_capability("NVIDIA L4") == (8, 9)
+    assert compute_capability(None) is None

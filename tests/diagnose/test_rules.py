@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpuwise.api.trainingjob import Finding, Tunables
-from gpuwise.diagnose.rules import STRAGGLERS, Context, DiagnosisThresholds, diagnose, fit_memory, steps_alike
+from gpuwise.diagnose.rules import STRAGGLERS, DiagnosisThresholds, RuleContext, diagnose, fit_memory, steps_alike
 from gpuwise.diagnose.straggler import episodes_in, peer_ratios, steadily_slow, step_extremes
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
 
@@ -57,10 +57,10 @@ def context(
     tunables: Tunables = TUNABLES,
     previous: dict[str, Finding] | None = None,
     since: dict[str, datetime] | None = None,
-) -> Context:
+) -> RuleContext:
     """One evaluation's context; `previous` findings also mark their kinds active since they appeared."""
     previous = previous or {}
-    return Context(
+    return RuleContext(
         window=w,
         tunables=tunables,
         thresholds=DiagnosisThresholds(),

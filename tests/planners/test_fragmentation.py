@@ -16,7 +16,7 @@ from gpuwise.decide.packing.fragmentation import (
     TargetWorkload,
     TwoHorizonFragmentation,
 )
-from gpuwise.decide.packing.policies import Context, RandomPolicy
+from gpuwise.decide.packing.policies import PlacementContext, RandomPolicy
 from gpuwise.decide.packing.state import ABSENT_GPU, ClusterState
 
 MODELS = ("T4", "V100")
@@ -129,7 +129,7 @@ def test_candidate_growth_matches_recomputing_the_node(
     )
     state = ClusterState(nodes)
     index = FragmentationIndex(kind(workload), state)
-    policy = RandomPolicy(Context.create(state, workload, rng))
+    policy = RandomPolicy(PlacementContext.create(state, workload, rng))
     for event in range(int(rng.integers(0, 25))):
         request = pods.request(int(rng.integers(len(pods))))
         where = policy(state, request, rng)

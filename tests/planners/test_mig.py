@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwise.decide.mig import (
+from gpuwise.decide.mig_geometry import (
     GpuState,
     InvalidGeometryError,
     MigInstance,
@@ -22,7 +22,7 @@ from gpuwise.decide.mig import (
     plan_node,
     problems,
 )
-from gpuwise.decide.mig_profiles import GPU_MODELS, GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
+from gpuwise.hardware.mig_profiles import GPU_MODELS, GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
 
 A100_40 = gpu_model("A100-40GB")
 

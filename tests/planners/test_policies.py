@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fit import candidates, fits, placement
 from gpuwise.decide.packing.fragmentation import TargetWorkload
-from gpuwise.decide.packing.policies import Context
+from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import POLICIES, UnknownPolicyError, make_policy
 from gpuwise.decide.packing.state import ClusterState
 
@@ -49,7 +49,7 @@ def clusters(draw: st.DrawFn) -> tuple[Nodes, Pods]:
 def replay(policy_name: str, nodes: Nodes, pods: Pods, order: Sequence[int], seed: int = 0) -> ClusterState:
     rng = np.random.default_rng(seed)
     state = ClusterState(nodes)
-    policy = make_policy(policy_name, Context.create(state, TargetWorkload.from_pods(pods), rng))
+    policy = make_policy(policy_name, PlacementContext.create(state, TargetWorkload.from_pods(pods), rng))
     for event, pod in enumerate(order):
         request = pods.request(pod)
         could_fit = bool(fits(state, request).any())
@@ -171,7 +171,7 @@ def test_same_seed_same_placements() -> None:
 
 def test_unknown_policy_names_the_choices() -> None:
     state = ClusterState(Nodes.build(names=["n"], cpu_milli=[1], memory_mib=[1], gpus=[1], models=["T4"]))
-    context = Context.create(
+    context = PlacementContext.create(
         state, TargetWorkload.from_pods(pods_of((1, 100), models=("T4",))), np.random.default_rng()
     )
     with pytest.raises(

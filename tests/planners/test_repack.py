@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fit import fits
 from gpuwise.decide.packing.fragmentation import TargetWorkload
-from gpuwise.decide.packing.policies import Context, Policy
+from gpuwise.decide.packing.policies import PlacementContext, Policy
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.repack import Repacker
 from gpuwise.decide.packing.state import ClusterState
@@ -32,7 +32,9 @@ def gpuwise(state: ClusterState) -> Policy:
     pods = Pods.build(
         names=["w"], cpu_milli=[1000], memory_mib=[1], num_gpu=[1], gpu_milli=[500], gpu_models=[[]], models=("T4",)
     )
-    return make_policy("gpuwise", Context.create(state, TargetWorkload.from_pods(pods), np.random.default_rng(0)))
+    return make_policy(
+        "gpuwise", PlacementContext.create(state, TargetWorkload.from_pods(pods), np.random.default_rng(0))
+    )
 
 
 def snapshot(state: ClusterState) -> tuple[object, ...]:
@@ -107,7 +109,7 @@ def test_repacking_keeps_every_placement_valid(cluster: tuple[Nodes, Pods], seed
     nodes, pods = cluster
     rng = np.random.default_rng(seed)
     state = ClusterState(nodes)
-    policy = make_policy("gpuwise", Context.create(state, TargetWorkload.from_pods(pods), rng))
+    policy = make_policy("gpuwise", PlacementContext.create(state, TargetWorkload.from_pods(pods), rng))
     repack = Repacker(policy, state, budget)
     running = 0
     for event, pod in enumerate(rng.integers(len(pods), size=4 * len(pods)).tolist()):

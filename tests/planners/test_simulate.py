@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from gpuwise import cli
+from gpuwise.simulate.cluster_trace import load_nodes, load_pods
 from gpuwise.simulate.experiment import PolicyResult, SeedResult, paired_wins, run_seed
-from gpuwise.simulate.main import main
 from gpuwise.simulate.replay import Curve
 from gpuwise.simulate.report import table
-from gpuwise.simulate.trace import load_nodes, load_pods
+from gpuwise.simulate.simulate_command import main
 
 REPO = Path(__file__).resolve().parents[2]
 OPENB = REPO.parent / "shared" / "data" / "openb"

@@ -9,7 +9,7 @@ import pytest
 
 from gpuwise.decide.packing.cluster import MILLI
 from gpuwise.simulate.arrivals import arrival_order
-from gpuwise.simulate.trace import TraceError, load_nodes, load_pods
+from gpuwise.simulate.cluster_trace import TraceError, load_nodes, load_pods
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,96000,393216,8,V100\n"
 PODS = (

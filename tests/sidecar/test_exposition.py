@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from gpuwise.sidecar.assembly import Sidecar
 from gpuwise.sidecar.identity import Identity
-from gpuwise.sidecar.runtime import Sidecar
 from gpuwise.sidecar.simulated import SimulatedBackend
 from tests.sidecar.support import parse, select
 from tests.sidecar.test_steps import totals

@@ -14,9 +14,9 @@ from gpuwise.instrument.tracker import Tracker
 from gpuwise.local import live, session
 from gpuwise.local.recorder import Recorder
 from gpuwise.metrics import catalog
+from gpuwise.sidecar.assembly import Sidecar
 from gpuwise.sidecar.backend import Backend
 from gpuwise.sidecar.identity import Identity
-from gpuwise.sidecar.runtime import Sidecar
 from gpuwise.sidecar.simulated import SimulatedBackend
 from tests.support.waiting import eventually
 

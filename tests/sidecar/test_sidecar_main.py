@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwise.sidecar import main as sidecar_main
+from gpuwise.sidecar import sidecar_command as sidecar_main
 from tests.sidecar.support import ROOT, environment, sidecar, value
 from tests.support.waiting import get
 

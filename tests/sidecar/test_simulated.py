@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuwise.metrics import catalog
-from gpuwise.sidecar import exposition, trace
+from gpuwise.sidecar import device_trace, exposition
 from gpuwise.sidecar.collector import SidecarCollector
 from gpuwise.sidecar.identity import Identity
 from gpuwise.sidecar.sampler import Sampler
@@ -114,11 +114,11 @@ def test_a_recorded_trace_replays(short_tmp: Path) -> None:
     backend, clock = scenario("bursty", 2)
     lines = []
     for _ in range(50):
-        lines += [json.dumps(r) for r in trace.records(backend.sample(), clock.now)]
+        lines += [json.dumps(r) for r in device_trace.records(backend.sample(), clock.now)]
         clock.now += 1.0
-    path = short_tmp / "trace.jsonl"
+    path = short_tmp / "device_trace.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    recorded = trace.load(path)
+    recorded = device_trace.load(path)
     assert recorded.gpus == 2 and recorded.duration == 50.0
     replay_clock = Clock()
     replay = SimulatedBackend(trace=recorded, clock=replay_clock)
@@ -142,12 +142,12 @@ def test_a_recorded_trace_replays(short_tmp: Path) -> None:
 def test_bad_traces_say_what_is_wrong(short_tmp: Path, content: str, message: str) -> None:
     path = short_tmp / "bad.jsonl"
     path.write_text(content)
-    with pytest.raises(trace.TraceError, match=message):
-        trace.load(path)
+    with pytest.raises(device_trace.TraceError, match=message):
+        device_trace.load(path)
 
 
 def test_a_run_report_is_a_trace(short_tmp: Path) -> None:
     path = short_tmp / "report.json"
     path.write_text(json.dumps({"trace": [{"t": 0.0, "gpu": 0, "values": {"DCGM_FI_DEV_GPU_UTIL": 12.0}}]}))
-    backend = SimulatedBackend(trace=trace.load(path))
+    backend = SimulatedBackend(trace=device_trace.load(path))
     assert [r.value for r in backend.sample().readings if r.metric is catalog.GPU_UTIL] == [12.0]

@@ -98,7 +98,8 @@ def test_a_broken_copy_still_starts_the_program_and_chains(short_tmp: Path) -> N
 
 def test_the_sidecar_imports_nothing_it_must_not() -> None:
     code = (
-        "import sys; import gpuwise.sidecar.main, gpuwise.sidecar.nvml, gpuwise.sidecar.simulated, gpuwise.instrument\n"
+        "import sys; import gpuwise.sidecar.sidecar_command, gpuwise.sidecar.nvml, gpuwise.sidecar.simulated\n"
+        "import gpuwise.instrument\n"
         "print(' '.join(sorted(m for m in sys.modules)))"
     )
     loaded = set(

@@ -30,8 +30,11 @@ def test_wheel_merges_the_source_roots(wheel: zipfile.ZipFile) -> None:
         "gpuwise/cli.py",
         "gpuwise/wiring.py",
         "gpuwise/api/trainingjob.py",
-        "gpuwise/operator/main.py",
-        "gpuwise/sidecar/main.py",
+        "gpuwise/operator/operator_command.py",
+        "gpuwise/kube/client.py",
+        "gpuwise/prometheus/batched.py",
+        "gpuwise/hardware/mig_profiles.py",
+        "gpuwise/sidecar/sidecar_command.py",
         "gpuwise/instrument/__init__.py",
     ):
         assert module in names, module

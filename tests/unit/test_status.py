@@ -10,7 +10,7 @@ from gpuwise.api.trainingjob import TrainingJobSpec
 from gpuwise.kube.trainingjob import SpecProblem, parse_spec
 from gpuwise.operator import status
 from gpuwise.operator.config import SidecarSettings
-from gpuwise.operator.reconcile import Context, changed_paths, check_running_job
+from gpuwise.operator.reconcile import ReconcileContext, changed_paths, check_running_job
 from gpuwise.operator.workload import render_job
 
 
@@ -160,7 +160,7 @@ def test_a_job_owned_by_someone_else_is_a_conflict() -> None:
 
 
 def test_a_jobs_lock_is_one_while_in_use_and_not_kept_after() -> None:
-    context = Context(kube=None, settings=None)  # type: ignore[arg-type]  # only its locks are used
+    context = ReconcileContext(kube=None, settings=None)  # type: ignore[arg-type]  # only its locks are used
 
     async def second_waits_for_first() -> bool:
         async with context.lock("ml", "train"):
@@ -174,6 +174,6 @@ def test_a_jobs_lock_is_one_while_in_use_and_not_kept_after() -> None:
     assert len(context._locks) == 0, "released by everyone: not kept for a job that may be gone"
 
 
-async def _take(context: Context) -> None:
+async def _take(context: ReconcileContext) -> None:
     async with context.lock("ml", "train"):
         pass

@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Final
 
 from gpuwise.api.trainingjob import ActionKind, Finding, IntTunable, Recommendation, Tunables
-from gpuwise.decide.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
 from gpuwise.diagnose.straggler import (
     PeerRatios,
     StragglerPolicy,
@@ -29,8 +28,9 @@ from gpuwise.diagnose.straggler import (
     still_slow,
 )
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
+from gpuwise.hardware.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
 
-# The recommendations' `changes` keys the actions read (gpuwise.act.mig and gpuwise.act.pack
+# The recommendations' `changes` keys the actions read (gpuwise.act.mig_repartition and gpuwise.act.pack
 # import them: one name on both sides). The MIG profile a job fits, e.g. 1g.10gb...
 MIG_PROFILE_CHANGE = "migProfile"
 # ...and the extended resource a worker requests for it (the device plugin's `mixed` strategy).
@@ -69,7 +69,7 @@ class DiagnosisThresholds:
 
 
 @dataclass(slots=True)  # not frozen, like JobWindow: one is made per job and cycle, and rules only read it
-class Context:
+class RuleContext:
     window: JobWindow
     tunables: Tunables
     thresholds: DiagnosisThresholds
@@ -115,7 +115,7 @@ def _show(value: object) -> str:
 Diagnosis = tuple[Finding, Recommendation | None]
 
 
-def idle(ctx: Context) -> Diagnosis | None:
+def idle(ctx: RuleContext) -> Diagnosis | None:
     """GPUs allocated, no training step for a long time: the job holds hardware it does not use.
 
     A job that never made a step has no last-step series at all (the sidecar exports it from the
@@ -152,7 +152,7 @@ def idle(ctx: Context) -> Diagnosis | None:
     return finding, None
 
 
-def input_bound(ctx: Context) -> Diagnosis | None:
+def input_bound(ctx: RuleContext) -> Diagnosis | None:
     """The GPU waits for data: more DataLoader workers, pinned memory and prefetching make input keep up.
 
     DataLoader workers belong to one training process: the `numProcPerNode` processes of a pod
@@ -267,7 +267,7 @@ def larger_batch(
     )
 
 
-def small_batch(ctx: Context) -> Diagnosis | None:
+def small_batch(ctx: RuleContext) -> Diagnosis | None:
     """Low memory use and low utilization: a larger batch keeps the GPU busier per step.
 
     The batch that fits comes from a memory model fitted to what the job reported (`fit_memory`),
@@ -332,7 +332,7 @@ def small_batch(ctx: Context) -> Diagnosis | None:
     return finding, recommendation
 
 
-def no_mixed_precision(ctx: Context) -> Diagnosis | None:
+def no_mixed_precision(ctx: RuleContext) -> Diagnosis | None:
     """FP32 on a tensor-core GPU (compute capability ≥ 7.0) leaves most of its throughput unused."""
     w = ctx.window
     if w.autocast is not False or w.compute_capability is None or w.compute_capability < (7, 0):
@@ -364,7 +364,7 @@ def no_mixed_precision(ctx: Context) -> Diagnosis | None:
     return finding, recommendation
 
 
-def straggler(ctx: Context) -> Diagnosis | None:
+def straggler(ctx: RuleContext) -> Diagnosis | None:
     """One worker's steps slowed against its own past and its peers, and still slow now.
 
     Synchronous training waits for the slowest worker every step, so the whole job runs at its
@@ -415,7 +415,7 @@ def steps_alike(
     return low > 0 and high < spread * low
 
 
-def _slow_worker_limit(ctx: Context) -> float:
+def _slow_worker_limit(ctx: RuleContext) -> float:
     """The slowdown against its peers from which a worker is a SlowWorker (lower while it is one)."""
     excess = ctx.thresholds.persistent_slowdown - 1
     return 1 + (excess / (1 + ctx.thresholds.release_margin) if ctx.is_active("SlowWorker") else excess)
@@ -428,7 +428,7 @@ def _number(text: str | None, default: float) -> float:
         return default
 
 
-def _straggler(ctx: Context, worker: int, peak: float, baseline: float, start: float) -> Diagnosis:
+def _straggler(ctx: RuleContext, worker: int, peak: float, baseline: float, start: float) -> Diagnosis:
     finding = ctx.finding(
         "Straggler",
         min(0.95, 0.5 + (peak - 1) / 2),
@@ -449,7 +449,7 @@ def _straggler(ctx: Context, worker: int, peak: float, baseline: float, start: f
     return finding, recommendation
 
 
-def slow_worker(ctx: Context, ratios: PeerRatios) -> Diagnosis | None:
+def slow_worker(ctx: RuleContext, ratios: PeerRatios) -> Diagnosis | None:
     """A worker steadily slower than its peers (another GPU model, a busier node): milder, no action.
 
     It has always been so, so there is no episode to react to; it still costs the whole job its
@@ -513,7 +513,7 @@ def smallest_mig_profile(table: GpuModel, slices: int, memory_mib: float, now_mi
     return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices)) if fitting else None
 
 
-def oversized_gpu(ctx: Context) -> Diagnosis | None:
+def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     """Low compute and low memory for the whole window: a share of the GPU would do, and free the rest.
 
     What the job needs is sized from what it used: its compute for the 90th percentile of its
@@ -575,7 +575,7 @@ def oversized_gpu(ctx: Context) -> Diagnosis | None:
 
 
 def _oversized_finding(
-    ctx: Context, needed: float, metric: str, fix: str, mig_profile: str, **evidence: object
+    ctx: RuleContext, needed: float, metric: str, fix: str, mig_profile: str, **evidence: object
 ) -> Finding:
     """The OversizedGPU finding: what the job used, and `fix`, the share that would do."""
     w, t = ctx.window, ctx.thresholds
@@ -594,7 +594,7 @@ def _oversized_finding(
     )
 
 
-def throttling(ctx: Context) -> Diagnosis | None:
+def throttling(ctx: RuleContext) -> Diagnosis | None:
     """A worker's GPU runs with its SM clocks held down by thermal or power protection, sustained.
 
     Read from the clock-event reasons NVML reports (DCGM_FI_DEV_CLOCKS_EVENT_REASONS), only the
@@ -643,7 +643,7 @@ def throttling(ctx: Context) -> Diagnosis | None:
     return finding, recommendation
 
 
-def communication_bound(ctx: Context) -> Diagnosis | None:
+def communication_bound(ctx: RuleContext) -> Diagnosis | None:
     """A multi-node job whose steps are spent neither computing nor waiting for input, while its
     GPUs exchange data: the all-reduce between nodes is the bottleneck.
 
@@ -710,7 +710,7 @@ def communication_bound(ctx: Context) -> Diagnosis | None:
     return finding, recommendation
 
 
-RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
+RULES: tuple[Callable[[RuleContext], Diagnosis | None], ...] = (
     idle,
     input_bound,
     small_batch,
@@ -722,7 +722,7 @@ RULES: tuple[Callable[[Context], Diagnosis | None], ...] = (
 )
 
 
-def diagnose(ctx: Context) -> list[Diagnosis]:
+def diagnose(ctx: RuleContext) -> list[Diagnosis]:
     """Every rule's finding, most confident first. An idle job gets only the Idle finding: the
     other rules are not asked about steps it does not take."""
     if (idling := idle(ctx)) is not None:

@@ -10,7 +10,7 @@ Stdlib (plus PyYAML for writing) only: it is imported by the chart tooling and t
 
 from __future__ import annotations
 
+from gpuwise.observability.alert_rules import RULE_GROUPS, Alert, RuleGroup, rule_file
 from gpuwise.observability.dashboards import DASHBOARDS, Dashboard
-from gpuwise.observability.rules import RULE_GROUPS, Alert, RuleGroup, rule_file
 
 __all__ = ["DASHBOARDS", "RULE_GROUPS", "Alert", "Dashboard", "RuleGroup", "rule_file"]

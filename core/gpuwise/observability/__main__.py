@@ -1,9 +1,9 @@
-"""`python -m gpuwise.observability`: see gpuwise.observability.main."""
+"""`python -m gpuwise.observability`: see gpuwise.observability.generate_command."""
 
 from __future__ import annotations
 
 import sys
 
-from gpuwise.observability.main import main
+from gpuwise.observability.generate_command import main
 
 sys.exit(main())

@@ -14,9 +14,7 @@ last few steps and join them to what the previous round read (`fetch(previous=)`
 
 from __future__ import annotations
 
-import functools
 import itertools
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
@@ -24,6 +22,7 @@ from typing import Any, Final
 
 from gpuwise.diagnose.straggler import step_extremes_by_job
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, REPORTED_FIELDS, Points, Reported
+from gpuwise.hardware.compute_capability import compute_capability
 from gpuwise.metrics import Metric, catalog
 from gpuwise.metrics.promql import sel, with_trainingjob
 from gpuwise.prometheus import answers
@@ -36,21 +35,6 @@ from gpuwise.prometheus.snapshot import Snapshot
 BY_JOB: Final = "by (namespace, trainingjob)"
 MIB: Final = 1024 * 1024
 PARALLEL_QUERIES: Final = 4
-
-# Compute capability by GPU family, from the modelName label NVML reports (e.g. "NVIDIA H100 80GB HBM3").
-# NVML writes "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB": match a token.
-COMPUTE_CAPABILITY: Final[dict[str, tuple[int, int]]] = {
-    "B200": (10, 0), "GB200": (10, 0), "H200": (9, 0), "H100": (9, 0), "H800": (9, 0), "GH200": (9, 0),
-    "L40S": (8, 9), "L40": (8, 9), "L4": (8, 9), "A100": (8, 0), "A800": (8, 0), "A30": (8, 0),
-    "A40": (8, 6), "A10": (8, 6), "A10G": (8, 6), "T4": (7, 5), "V100": (7, 0), "P100": (6, 0),
-}  # fmt: skip
-
-
-@functools.cache  # a handful of models, asked for by every job each cycle
-def compute_capability(model: str | None) -> tuple[int, int] | None:
-    """A GPU's CUDA compute capability from its NVML model name; None for a model not listed."""
-    tokens = re.split(r"[^A-Za-z0-9]+", model or "")
-    return next((COMPUTE_CAPABILITY[t] for t in tokens if t in COMPUTE_CAPABILITY), None)
 
 
 def _job_mean(metric: Metric) -> str:

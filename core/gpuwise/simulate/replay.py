@@ -17,7 +17,7 @@ import numpy as np
 
 from gpuwise.decide.packing.cluster import FloatArray, IntArray, Nodes, Pods
 from gpuwise.decide.packing.fragmentation import FragmentationIndex, NextPodFragmentation, TargetWorkload
-from gpuwise.decide.packing.policies import Context
+from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.repack import Repacker
 from gpuwise.decide.packing.state import ClusterState
@@ -84,7 +84,7 @@ def replay(
     state = ClusterState(nodes)
     workload = workload or TargetWorkload.from_pods(pods)
     fragmentation = FragmentationIndex(NextPodFragmentation(workload), state)
-    policy = make_policy(policy_name, Context.create(state, workload, rng))
+    policy = make_policy(policy_name, PlacementContext.create(state, workload, rng))
     repacker = Repacker(policy, state, max_migrations) if max_migrations else None
     requests = [pods.request(i) for i in range(len(pods))]
     allocated = np.empty(len(order), dtype=np.int64)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuwise.simulate.cluster_trace import SOURCE
 from gpuwise.simulate.experiment import CURVE_POINTS, PolicyResult, paired_wins
-from gpuwise.simulate.trace import SOURCE
 
 MARKERS = "RBFG*+ox"
 

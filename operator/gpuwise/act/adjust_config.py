@@ -12,8 +12,8 @@ the baseline and reverts (another checkpointed restart) when it got worse.
 
 from __future__ import annotations
 
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import Action, JobView, Plan, Refusal
-from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, IntTunable, Recommendation, SwitchTunable, Tunables
 
 SWITCH_VALUES = ("0", "1")

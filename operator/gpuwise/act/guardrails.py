@@ -29,9 +29,9 @@ from datetime import datetime, timedelta
 from croniter import croniter
 
 from gpuwise import wiring
+from gpuwise.act.action_settings import EVERY_NAMESPACE, ActionSettings, Budget, budget_name
 from gpuwise.act.adjust_config import current_env
 from gpuwise.act.machine import WORSE, JobView, Plan, Refusal
-from gpuwise.act.settings import EVERY_NAMESPACE, ActionSettings, Budget, budget_name
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Instrumentation
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuwise.act.adjust_config import ADJUST_CONFIG
 from gpuwise.act.machine import Action
-from gpuwise.act.mig import MIG_REPARTITION
+from gpuwise.act.mig_repartition import MIG_REPARTITION
 from gpuwise.act.pack import PACK
 from gpuwise.act.reschedule import RESCHEDULE
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
-from gpuwise.act.settings import ActionSettings
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import (
     FINAL_ACTION_STATES,

@@ -13,8 +13,8 @@ from typing import Final
 from pydantic import Field, field_validator
 
 from gpuwise.api.base import ApiModel, Duration
-from gpuwise.decide.mig_profiles import GPU_MODELS
 from gpuwise.decide.packing.registry import POLICIES
+from gpuwise.hardware.mig_profiles import GPU_MODELS
 
 PROFILE_PATTERN: Final = r"^[1-7]g\.[0-9]+gb$"
 

@@ -27,15 +27,15 @@ from typing import Any, Final
 import numpy as np
 
 from gpuwise import wiring
-from gpuwise.act import mig, nodes
+from gpuwise.act import mig_repartition, nodes
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.node_settings import NodeActionSettings, TimeSlicingSettings
-from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fit import placement
 from gpuwise.decide.packing.fragmentation import TargetWorkload
-from gpuwise.decide.packing.policies import Context
+from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
 from gpuwise.diagnose.rules import GPU_SHARE_CHANGE, MIG_PROFILE_CHANGE, SHARE_CHANGE, TIME_SLICING
@@ -116,8 +116,8 @@ def cluster_view(
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}
         foreign = name in busy
-        if labels.get(mig.LABEL_PARTITIONING) != PARTITIONING_TIME_SLICING:
-            reasons[name] = f"not opted in (label {mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
+        if labels.get(mig_repartition.LABEL_PARTITIONING) != PARTITIONING_TIME_SLICING:
+            reasons[name] = f"not opted in (label {mig_repartition.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
         elif (node.get("spec") or {}).get("unschedulable"):
             reasons[name] = "cordoned"
         elif labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != shared.config and foreign:
@@ -127,12 +127,12 @@ def cluster_view(
         else:
             usable.append(node)
     allocatable = [(n.get("status") or {}).get("allocatable") or {} for n in usable]
-    models = [(n["metadata"].get("labels") or {}).get(mig.LABEL_GPU_PRODUCT, "unknown") for n in usable]
+    models = [(n["metadata"].get("labels") or {}).get(mig_repartition.LABEL_GPU_PRODUCT, "unknown") for n in usable]
     topology = Nodes.build(
         names=[n["metadata"]["name"] for n in usable],
         cpu_milli=[round(1000 * (cpu_cores(a.get("cpu")) or 0.0)) for a in allocatable],
         memory_mib=[mebibytes(a.get("memory")) for a in allocatable],
-        gpus=[int((n["metadata"].get("labels") or {}).get(mig.LABEL_GPU_COUNT, "0") or 0) for n in usable],
+        gpus=[int((n["metadata"].get("labels") or {}).get(mig_repartition.LABEL_GPU_COUNT, "0") or 0) for n in usable],
         models=models,
     )
     state = ClusterState(topology)
@@ -183,7 +183,7 @@ def place_workers(cluster: Cluster, request: PodRequest, workers: int, policy: s
     state = cluster.state
     workload = TargetWorkload.from_pods(cluster.workload)
     # Ties go to the first node in name order: deterministic, and it consolidates.
-    choose = make_policy(policy, Context(state, workload, np.argsort(np.argsort(state.nodes.names))))
+    choose = make_policy(policy, PlacementContext(state, workload, np.argsort(np.argsort(state.nodes.names))))
     rng = np.random.default_rng(0)
     chosen: list[str] = []
     for worker in range(workers):
@@ -205,10 +205,13 @@ async def find_shares(
     """Each worker's node, by the packing planner, and the one node that must first be switched to
     time-slicing (None when the shares exist already); raises :class:`NoSharedGpuError`."""
     shared = settings.time_slicing
-    candidates = await kube.list("v1", "Node", label_selector=f"{mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING}")
+    candidates = await kube.list(
+        "v1", "Node", label_selector=f"{mig_repartition.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING}"
+    )
     if not candidates:
         raise NoSharedGpuError(
-            f"no node is opted in for time-slicing (label {mig.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
+            "no node is opted in for time-slicing "
+            f"(label {mig_repartition.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
         )
     worker = {"spec": {"containers": [{"resources": job.spec.trainer.resources_per_node.to_k8s()}]}}
     shape = (*_requests(worker), 1, MILLI // shared.replicas)
@@ -283,11 +286,11 @@ class Pack(Action):
 
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
         if recommendation.changes.get(MIG_PROFILE_CHANGE):  # onto free MIG slices: MIG's target, no repartition
-            planned = mig.MIG_REPARTITION.plan(job, recommendation, settings)
+            planned = mig_repartition.MIG_REPARTITION.plan(job, recommendation, settings)
             if isinstance(planned, Refusal):
                 return planned
             return Plan(planned.target, planned.message.replace("Move", "Pack"), True, planned.changes, planned.details)
-        refusal = mig.not_one_gpu_per_worker(job)
+        refusal = mig_repartition.not_one_gpu_per_worker(job)
         if refusal is not None:
             return refusal
         shared = settings.nodes.time_slicing
@@ -327,7 +330,7 @@ class Pack(Action):
         return await nodes.apply_on_idle_node(
             ctx.kube,
             switch,
-            mig.holder(job, record),
+            mig_repartition.holder(job, record),
             job=f"{job.namespace}/{job.name}",
             change=time_slicing_change(shared.config, shared, shared.config_timeout),
             details=details,
@@ -342,13 +345,13 @@ class Pack(Action):
             if plan.details.get(SHARE_CHANGE) == TIME_SLICING:
                 workers = int(plan.details.get("workers", "1"))
                 chosen, _ = await find_shares(ctx.kube, job, workers, ctx.settings.nodes)
-                return mig.prefer(plan, chosen)
-            choice = await mig.find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)
-        except (NoSharedGpuError, mig.NoMigNodeError) as exc:
+                return mig_repartition.prefer(plan, chosen)
+            choice = await mig_repartition.find_slices(ctx.kube, job, plan.details, ctx.settings.nodes)
+        except (NoSharedGpuError, mig_repartition.NoMigNodeError) as exc:
             return Refusal("NoSharedGpu", str(exc))
         if choice.changes_config:
             return Refusal("NoFreeMigSlices", _no_free_slices(plan.details))
-        return mig.prefer(plan, [choice.node])
+        return mig_repartition.prefer(plan, [choice.node])
 
     async def _choose(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         try:
@@ -369,7 +372,7 @@ class Pack(Action):
     async def _onto_free_slices(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         if "node" in record.details:
             return READY
-        progress = await mig.MIG_REPARTITION.prepare(job, record, ctx)
+        progress = await mig_repartition.MIG_REPARTITION.prepare(job, record, ctx)
         if progress.details.get("migConfig") != progress.details.get("previousMigConfig"):
             raise ActionFailed("NoFreeMigSlices", f"{_no_free_slices(record.details)} ({progress.message})")
         return progress
@@ -384,7 +387,7 @@ class Pack(Action):
         return await nodes.restore_node(
             ctx.kube,
             switch,
-            mig.holder(job, record),
+            mig_repartition.holder(job, record),
             back=time_slicing_change(previous, shared, shared.config_timeout),
             ours=lambda node: (node["metadata"].get("labels") or {}).get(LABEL_DEVICE_PLUGIN_CONFIG) == shared.config,
             details=details,

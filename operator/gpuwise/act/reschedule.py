@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import Action, JobView, Plan, Refusal, Verdict, compare
-from gpuwise.act.settings import ActionSettings
 from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
 
 GPU_CLASS_CHANGE: Final = "gpuClass"

@@ -22,6 +22,7 @@ from typing import Any, Final
 import kopf
 
 from gpuwise.act import checkpoint, guardrails
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.checkpoint import Acks
 from gpuwise.act.machine import (
     WORSE,
@@ -36,7 +37,6 @@ from gpuwise.act.machine import (
     transition,
 )
 from gpuwise.act.measure import Meter
-from gpuwise.act.settings import ActionSettings
 from gpuwise.act.transitions import ACTIONS
 from gpuwise.api.base import parse_duration
 from gpuwise.api.overrides import JobOverrides

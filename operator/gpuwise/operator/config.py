@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from gpuwise.act.settings import ActionSettings
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.api.base import ApiModel
 from gpuwise.api.core import PullPolicy, ResourceRequirements
 

@@ -35,14 +35,14 @@ import kopf
 from pydantic import ValidationError
 
 from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase, Recommendation
-from gpuwise.diagnose.rules import Context, Diagnosis, DiagnosisThresholds, diagnose
+from gpuwise.diagnose.rules import Diagnosis, DiagnosisThresholds, RuleContext, diagnose
 from gpuwise.diagnose.summary import Figures, figures
 from gpuwise.diagnose.window import JobWindow, Sustain
 from gpuwise.kube.client import Kube
 from gpuwise.kube.trainingjob import as_body
 from gpuwise.operator.job_settings import JobSettings, JobSettingsCache
 from gpuwise.operator.metrics import JOBS, JobSeries
-from gpuwise.operator.reconcile import Context as ReconcileContext
+from gpuwise.operator.reconcile import ReconcileContext
 from gpuwise.prometheus import batched
 from gpuwise.prometheus.client import Prometheus, PrometheusError
 from gpuwise.prometheus.snapshot import JobFacts, Snapshot
@@ -153,7 +153,7 @@ def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[
     old_findings = {finding.kind: finding for finding in _findings(previous)}
     diagnoses: list[Diagnosis] = []
     if settings.mode is not EfficiencyMode.OBSERVE:
-        context = Context(
+        context = RuleContext(
             window=window,
             tunables=settings.tunables(),
             thresholds=_thresholds(settings.utilization_threshold),

@@ -29,7 +29,7 @@ from gpuwise.operator.config import OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.inject import inject_sidecar
 from gpuwise.operator.metrics import JOBS
-from gpuwise.operator.reconcile import Context, reconcile
+from gpuwise.operator.reconcile import ReconcileContext, reconcile
 from gpuwise.prometheus.client import Prometheus
 
 JsonDict = dict[str, Any]
@@ -92,7 +92,7 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
     ) -> None:
         if owner is None:  # a leftover child of a deleted TrainingJob: the garbage collector's
             return
-        context: Context = memo["context"]
+        context: ReconcileContext = memo["context"]
         await reconcile(owner, _first(jobs.get(key)), list(pods.get(key, [])), context, logger)
 
     # --- triggers -----------------------------------------------------------------------------

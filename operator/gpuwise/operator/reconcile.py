@@ -36,7 +36,7 @@ JsonDict = dict[str, Any]
 
 
 @dataclass
-class Context:
+class ReconcileContext:
     """What every reconcile needs, built once at start-up and kept in kopf's memo."""
 
     kube: Kube
@@ -102,7 +102,7 @@ def read_overrides(owner: JsonDict) -> tuple[JobOverrides, SpecProblem | None]:
 
 
 async def ensure_workload(
-    owner: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, ctx: Context
+    owner: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, ctx: ReconcileContext
 ) -> tuple[JsonDict | None, SpecProblem | None]:
     """Create the Service and the Job if missing; return the Job that exists now.
 
@@ -134,7 +134,7 @@ async def ensure_workload(
 
 
 async def reconcile(
-    owner: JsonDict, job: JsonDict | None, pods: Sequence[JsonDict], ctx: Context, logger: kopf.Logger
+    owner: JsonDict, job: JsonDict | None, pods: Sequence[JsonDict], ctx: ReconcileContext, logger: kopf.Logger
 ) -> None:
     namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
     if owner["metadata"].get("deletionTimestamp"):
@@ -179,7 +179,7 @@ def replacing(owner: JsonDict) -> bool:
     return bool(actions) and actions[-1].get("state") == ActionState.APPLYING.value
 
 
-async def look_again(owner: JsonDict, ctx: Context) -> tuple[JsonDict, JsonDict | None, str | None] | None:
+async def look_again(owner: JsonDict, ctx: ReconcileContext) -> tuple[JsonDict, JsonDict | None, str | None] | None:
     """The TrainingJob, its Job and whether the Job vanished, read from the API server itself.
 
     Called when the indexes show no Job for a TrainingJob whose status says it was created. The
@@ -205,7 +205,7 @@ async def publish(
     pods: Sequence[JsonDict],
     spec: TrainingJobSpec | None,
     problem: SpecProblem | None,
-    ctx: Context,
+    ctx: ReconcileContext,
     logger: kopf.Logger,
     vanished: str | None = None,
 ) -> None:

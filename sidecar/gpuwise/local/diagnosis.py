@@ -32,7 +32,7 @@ def findings(
 ) -> list[dict[str, Any]]:
     """The engine's findings, most confident first, as plain data for the report."""
     from gpuwise.api.trainingjob import IntTunable, SwitchTunable, Tunables
-    from gpuwise.diagnose.rules import Context, DiagnosisThresholds, diagnose
+    from gpuwise.diagnose.rules import DiagnosisThresholds, RuleContext, diagnose
     from gpuwise.diagnose.window import Sustain
 
     cores = len(os.sched_getaffinity(0))
@@ -42,7 +42,7 @@ def findings(
         pin_memory=SwitchTunable(env="pin_memory"),
         amp=SwitchTunable(env="autocast"),
     )
-    context = Context(
+    context = RuleContext(
         window=window(recorder, summary, processes, interval),
         tunables=tunables,
         thresholds=DiagnosisThresholds(),

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from gpuwise.local.recorder import Recorder
 from gpuwise.metrics import catalog
-from gpuwise.sidecar.runtime import Sidecar
+from gpuwise.sidecar.assembly import Sidecar
 
 RECENT_SECONDS: Final = 10.0
 

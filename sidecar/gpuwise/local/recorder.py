@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpuwise.metrics import catalog
-from gpuwise.sidecar import trace
+from gpuwise.sidecar import device_trace
 from gpuwise.sidecar.sampler import Snapshot
 from gpuwise.sidecar.steps import ProcessSteps, StepDelta
 
@@ -128,7 +128,7 @@ class Recorder:
 
     def on_sample(self, snapshot: Snapshot) -> None:
         """Called from the sidecar's sampler thread."""
-        records = list(trace.records(snapshot.sample, self._clock() - self.started))
+        records = list(device_trace.records(snapshot.sample, self._clock() - self.started))
         with self._lock:
             for reading in snapshot.sample.readings:
                 self._models.setdefault(reading.device.index, reading.device.model)

@@ -22,13 +22,13 @@ from rich.table import Table
 from gpuwise import wiring
 from gpuwise.local import diagnosis, live, report
 from gpuwise.local.recorder import Recorder, Summary
+from gpuwise.sidecar.assembly import Sidecar
 from gpuwise.sidecar.backend import Backend, BackendUnavailable
 from gpuwise.sidecar.identity import Identity
-from gpuwise.sidecar.runtime import Sidecar
 
 
 def run(args: argparse.Namespace, command: list[str]) -> int:
-    """Run `command` as `args` say (see `gpuwise.local.main`); return its exit code."""
+    """Run `command` as `args` say (see `gpuwise.local.run_command`); return its exit code."""
     console = Console()
     backend, note = _backend(args.simulate, args.gpus)
     with tempfile.TemporaryDirectory(prefix="gpuwise-") as runtime_dir:

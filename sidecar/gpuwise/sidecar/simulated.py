@@ -16,8 +16,8 @@ from typing import Final
 from gpuwise.metrics import BY_NAME, catalog
 from gpuwise.sidecar import backend
 from gpuwise.sidecar.backend import Device, Sample, SampleBuilder
+from gpuwise.sidecar.device_trace import Trace
 from gpuwise.sidecar.scenarios import SCENARIOS, Activity, noise
-from gpuwise.sidecar.trace import Trace
 
 
 @dataclass(frozen=True)

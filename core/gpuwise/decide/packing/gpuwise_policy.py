@@ -30,7 +30,7 @@ import numpy as np
 from gpuwise.decide.packing.cluster import Placement, PodRequest
 from gpuwise.decide.packing.fit import candidates, placement
 from gpuwise.decide.packing.fragmentation import FragmentationIndex, TwoHorizonFragmentation
-from gpuwise.decide.packing.policies import Context, best_candidate
+from gpuwise.decide.packing.policies import PlacementContext, best_candidate
 from gpuwise.decide.packing.state import ClusterState
 
 RESOLUTION_MILLI = 40.0
@@ -40,7 +40,7 @@ RESOLUTION_MILLI = 40.0
 class GpuwisePolicy:
     name = "gpuwise"
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: PlacementContext) -> None:
         self.fragmentation = FragmentationIndex(TwoHorizonFragmentation(context.workload), context.state)
         self.node_rank = context.node_rank
 

@@ -41,7 +41,7 @@ class Policy(Protocol):
 
 
 @dataclass(frozen=True)
-class Context:
+class PlacementContext:
     """What policies are built from: the state they will be asked about, the workload to expect,
     and the order in which nodes win ties (a fixed random ranking per run, lower wins)."""
 
@@ -50,7 +50,7 @@ class Context:
     node_rank: IntArray
 
     @classmethod
-    def create(cls, state: ClusterState, workload: TargetWorkload, rng: np.random.Generator) -> Context:
+    def create(cls, state: ClusterState, workload: TargetWorkload, rng: np.random.Generator) -> PlacementContext:
         return cls(state, workload, rng.permutation(len(state.nodes)))
 
 
@@ -75,7 +75,7 @@ class RandomPolicy:
 
     name = "random"
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: PlacementContext) -> None:
         del context
 
     def __call__(self, state: ClusterState, request: PodRequest, rng: np.random.Generator) -> Placement | None:
@@ -95,7 +95,7 @@ class BestFitPolicy:
 
     name = "bestfit"
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: PlacementContext) -> None:
         self.node_rank = context.node_rank
 
     def __call__(self, state: ClusterState, request: PodRequest, rng: np.random.Generator) -> Placement | None:
@@ -115,7 +115,7 @@ class FragmentationGradientPolicy:
 
     name = "fgd"
 
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: PlacementContext) -> None:
         self.fragmentation = FragmentationIndex(NextPodFragmentation(context.workload), context.state)
         self.node_rank = context.node_rank
 

@@ -5,9 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuwise.decide.packing.gpuwise_policy import GpuwisePolicy
-from gpuwise.decide.packing.policies import BestFitPolicy, Context, FragmentationGradientPolicy, Policy, RandomPolicy
+from gpuwise.decide.packing.policies import (
+    BestFitPolicy,
+    FragmentationGradientPolicy,
+    PlacementContext,
+    Policy,
+    RandomPolicy,
+)
 
-POLICIES: dict[str, Callable[[Context], Policy]] = {
+POLICIES: dict[str, Callable[[PlacementContext], Policy]] = {
     "random": RandomPolicy,
     "bestfit": BestFitPolicy,
     "fgd": FragmentationGradientPolicy,
@@ -19,7 +25,7 @@ class UnknownPolicyError(ValueError):
     pass
 
 
-def make_policy(name: str, context: Context) -> Policy:
+def make_policy(name: str, context: PlacementContext) -> Policy:
     """The policy called ``name``, built for ``context``."""
     try:
         factory = POLICIES[name]

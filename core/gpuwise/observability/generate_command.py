@@ -14,8 +14,8 @@ from typing import Final
 
 import yaml
 
+from gpuwise.observability.alert_rules import rule_file
 from gpuwise.observability.dashboards import DASHBOARDS
-from gpuwise.observability.rules import rule_file
 
 HEADER: Final = "# Generated from the metric catalog by `python -m gpuwise.observability`: do not edit.\n"
 RULES_PATH: Final = "files/prometheus-rules.yaml"

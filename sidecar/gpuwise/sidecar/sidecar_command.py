@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuwise import wiring
+from gpuwise.sidecar.assembly import Sidecar
 from gpuwise.sidecar.backend import Backend, BackendUnavailable
 from gpuwise.sidecar.identity import Identity
 from gpuwise.sidecar.receiver import SocketPathError
-from gpuwise.sidecar.runtime import Sidecar
 from gpuwise.sidecar.scenarios import SCENARIOS
 from gpuwise.sidecar.simulated import MODELS
 
@@ -82,10 +82,10 @@ def make_backend(args: argparse.Namespace) -> Backend:
         from gpuwise.sidecar.nvml import NvmlBackend
 
         return NvmlBackend()
-    from gpuwise.sidecar import trace
+    from gpuwise.sidecar import device_trace
     from gpuwise.sidecar.simulated import SimulatedBackend
 
-    replay = trace.load(args.trace) if args.trace is not None else None
+    replay = device_trace.load(args.trace) if args.trace is not None else None
     model = MODELS[args.model or "H100"]
     return SimulatedBackend(args.scenario or "steady", args.gpus or 1, trace=replay, seed=args.seed, model=model)
 

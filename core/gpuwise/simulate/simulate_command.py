@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuwise.decide.packing.registry import POLICIES
+from gpuwise.simulate.cluster_trace import SOURCE, TraceError, load_nodes, load_pods
 from gpuwise.simulate.experiment import PolicyResult, run_policy
 from gpuwise.simulate.report import plot, table
-from gpuwise.simulate.trace import SOURCE, TraceError, load_nodes, load_pods
 
 DEFAULT_FIRST_SEED = 42
 """The reference evaluation's first seed (it runs seeds 42..51)."""

@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwise.decide.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, GpuModel, gpu_model
+from gpuwise.hardware.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, GpuModel, gpu_model
 
 
 @dataclass(frozen=True, order=True)

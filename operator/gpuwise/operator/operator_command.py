@@ -18,7 +18,7 @@ from gpuwise.operator import metrics
 from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
 from gpuwise.operator.evaluate import Evaluator
 from gpuwise.operator.handlers import build_registry, build_runner
-from gpuwise.operator.reconcile import Context
+from gpuwise.operator.reconcile import ReconcileContext
 from gpuwise.prometheus.client import Prometheus
 
 
@@ -122,7 +122,7 @@ def main(argv: Sequence[str]) -> int:
         metrics.serve(args.metrics_port)
         kube_class = metrics.MeteredKube
     kube = kube_class(connect())
-    memo = kopf.Memo(context=Context(kube=kube, settings=settings))
+    memo = kopf.Memo(context=ReconcileContext(kube=kube, settings=settings))
     if settings.prometheus_url:
         source = Prometheus(settings.prometheus_url)
         memo.evaluator = Evaluator(

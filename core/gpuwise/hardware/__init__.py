@@ -1,0 +1,5 @@
+"""What gpuwise knows of GPU models: MIG profiles and placements per model, compute capabilities.
+
+Facts from NVIDIA's documentation, shared by the rules (`gpuwise.diagnose`), the planners
+(`gpuwise.decide`) and the actions (`gpuwise.act`); they import nothing of gpuwise.
+"""
