@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from gpuwise.api.base import parse_duration
-from gpuwise.api.trainingjob import ActionKind, EfficiencySummary, Tunables
+from gpuwise.api.kinds import ActionKind
+from gpuwise.api.trainingjob import EfficiencySummary, Tunables
 from gpuwise.diagnose.rules import Diagnosis, DiagnosisThresholds, RuleContext, diagnose
 from gpuwise.diagnose.summary import figures
 from gpuwise.diagnose.window import JobWindow, Sustain

@@ -14,7 +14,8 @@ from gpuwise import wiring
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import ActContext, Action, ActionFailed, JobView, Plan, Progress
 from gpuwise.act.mig_repartition import known_configs
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Recommendation, TrainingJobSpec
+from gpuwise.api.kinds import ActionKind
+from gpuwise.api.trainingjob import ActionRecord, ActionState, Recommendation, TrainingJobSpec
 from gpuwise.hardware.mig_profiles import gpu_model
 from gpuwise.kube.client import Kube
 from gpuwise.kube.job_overrides import NONE

@@ -11,7 +11,8 @@ from gpuwise import wiring
 from gpuwise.act.action_settings import ActionSettings, Budget
 from gpuwise.act.guardrails import Fleet, budget_refusal, job_refusal, reverted_before, window_open
 from gpuwise.act.machine import JobView, Plan, Refusal, new_record, transition
-from gpuwise.api.trainingjob import ActionKind, ActionState, TrainingJobSpec
+from gpuwise.api.kinds import ActionKind
+from gpuwise.api.trainingjob import ActionState, TrainingJobSpec
 from gpuwise.kube.job_overrides import NONE
 from gpuwise.operator.config import SettingsError, load_settings
 

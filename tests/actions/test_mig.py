@@ -17,8 +17,9 @@ from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import ActContext, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.mig_repartition import MIG_REPARTITION, Choice, NoMigNodeError, choose, known_configs
 from gpuwise.act.nodes import ANNOTATION_CORDONED_BY, held_by_budgets
+from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import ActionKind, ActionRecord
+from gpuwise.api.trainingjob import ActionRecord
 from gpuwise.decide.mig_geometry import MigInstance
 from gpuwise.hardware.mig_profiles import gpu_model
 from gpuwise.kube.client import Kube

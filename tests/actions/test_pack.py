@@ -11,8 +11,8 @@ import pytest
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import ActContext, ActionFailed, Plan, Progress, Refusal
 from gpuwise.act.pack import LABEL_DEVICE_PLUGIN_CONFIG, PACK, cluster_view, mebibytes, place_workers
+from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import ActionKind
 from gpuwise.decide.packing.cluster import PodRequest
 from gpuwise.kube.client import Kube
 from tests.actions.support import (

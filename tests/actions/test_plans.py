@@ -10,11 +10,11 @@ from gpuwise.act.adjust_config import ADJUST_CONFIG
 from gpuwise.act.machine import JobView, Plan, Refusal, compare, new_record, request_id, transition
 from gpuwise.act.reschedule import RESCHEDULE
 from gpuwise.act.runner import trimmed
+from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import (
     MAX_ACTION_HISTORY,
     MAX_ACTION_RECORDS,
-    ActionKind,
     ActionState,
     Measurement,
     Recommendation,

@@ -13,8 +13,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpuwise.act import runner
 from gpuwise.act.machine import JobView, Plan, new_record, transition
 from gpuwise.act.transitions import ActionTransitions
+from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import ActionKind, ActionState
+from gpuwise.api.trainingjob import ActionState
 from gpuwise.metrics import catalog
 from tests.sidecar.support import parse
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState
+from gpuwise.api.kinds import ActionKind
+from gpuwise.api.trainingjob import ActionRecord, ActionState
 from tests.integration.conftest import Cluster, Operator
 from tests.support.waiting import eventually
 

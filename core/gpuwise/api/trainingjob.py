@@ -34,6 +34,7 @@ from gpuwise.api.core import (
     Toleration,
     VolumeList,
 )
+from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.wiring import API_GROUP
 
@@ -107,13 +108,6 @@ class EfficiencyMode(StrEnum):
     OBSERVE = "Observe"  # metrics only
     RECOMMEND = "Recommend"  # findings and recommendations in status
     ENFORCE = "Enforce"  # recommendations applied within guardrails
-
-
-class ActionKind(StrEnum):
-    ADJUST_CONFIG = "AdjustConfig"
-    MIG_REPARTITION = "MigRepartition"
-    RESCHEDULE = "Reschedule"
-    PACK = "Pack"
 
 
 class Thresholds(ApiModel):

@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from gpuwise.api.trainingjob import ActionKind, Finding, IntTunable, Recommendation, Tunables
+from gpuwise.api.kinds import (
+    GPU_SHARE_CHANGE,
+    MIG_PROFILE_CHANGE,
+    MIG_RESOURCE_CHANGE,
+    SHARE_CHANGE,
+    TIME_SLICING,
+    ActionKind,
+    FindingKind,
+)
+from gpuwise.api.trainingjob import Finding, IntTunable, Recommendation, Tunables
 from gpuwise.diagnose.straggler import (
     PeerRatios,
     StragglerPolicy,
@@ -30,22 +39,13 @@ from gpuwise.diagnose.straggler import (
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 from gpuwise.hardware.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
 
-# The recommendations' `changes` keys the actions read (gpuwise.act.mig_repartition and gpuwise.act.pack
-# import them: one name on both sides). The MIG profile a job fits, e.g. 1g.10gb...
-MIG_PROFILE_CHANGE = "migProfile"
-# ...and the extended resource a worker requests for it (the device plugin's `mixed` strategy).
-MIG_RESOURCE_CHANGE = "resource"
-# How Pack shares a GPU (TIME_SLICING), and the share of one GPU the job needs, 0-1.
-SHARE_CHANGE = "share"
-GPU_SHARE_CHANGE = "gpuShare"
-TIME_SLICING = "time-slicing"
 # A share above this leaves no room for a second job as light: the job needs its GPU.
 MAX_GPU_SHARE = 0.5
 MIB_PER_GB = 1000**3 / 2**20
 STRAGGLERS: Final = StragglerPolicy()
 # Kinds one rule names as the evidence tips one way or the other: they share hysteresis, so a
 # finding that changes its name (more workers would help / no CPU is left for them) keeps its hold.
-FAMILIES: Final[tuple[frozenset[str], ...]] = (frozenset({"InputBound", "CPUBoundInput"}),)
+FAMILIES: Final[tuple[frozenset[str], ...]] = (frozenset({FindingKind.INPUT_BOUND, FindingKind.CPU_BOUND_INPUT}),)
 _FAMILY_OF: Final = {kind: family for family in FAMILIES for kind in family}
 
 
@@ -132,7 +132,7 @@ def idle(ctx: RuleContext) -> Diagnosis | None:
     if quiet is None:
         if w.data_wait_fraction or w.worker_step_seconds or not w.gpus:
             return None  # it steps (a last-step series missing from an older sidecar), or no GPU is reported
-        if not ctx.sustained("Idle", w.gpu_utilization, below(t.gpu_utilization)):
+        if not ctx.sustained(FindingKind.IDLE, w.gpu_utilization, below(t.gpu_utilization)):
             return None
         quiet = w.job_age_seconds
         what = f"No training step since the job started {quiet / 60:.0f} minutes ago"
@@ -141,7 +141,7 @@ def idle(ctx: RuleContext) -> Diagnosis | None:
     if quiet < t.idle_seconds:
         return None
     finding = ctx.finding(
-        "Idle",
+        FindingKind.IDLE,
         0.9,
         f"{what} while {w.gpus} GPU(s) stay allocated.",
         secondsSinceLastStep=w.seconds_since_last_step,
@@ -162,9 +162,9 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
     finding for hysteresis (`FAMILIES`), so a job at that edge does not flap between them.
     """
     w, t = ctx.window, ctx.thresholds
-    if not ctx.sustained("InputBound", w.data_wait_fraction, at_least(t.data_wait_fraction)):
+    if not ctx.sustained(FindingKind.INPUT_BOUND, w.data_wait_fraction, at_least(t.data_wait_fraction)):
         return None
-    if not ctx.sustained("InputBound", w.gpu_utilization, below(t.gpu_utilization)):
+    if not ctx.sustained(FindingKind.INPUT_BOUND, w.gpu_utilization, below(t.gpu_utilization)):
         return None
     wait, util = w.mean(w.data_wait_fraction) or 0.0, w.mean(w.gpu_utilization) or 0.0
     changes: dict[str, str] = {}
@@ -186,7 +186,7 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
         share = "The pod" if w.processes_per_node <= 1 else f"Each of the pod's {w.processes_per_node} processes"
         message += f" {share} has no spare CPU for more loader workers: preprocessing is CPU-bound."
     finding = ctx.finding(
-        "CPUBoundInput" if cpu_bound and not changes else "InputBound",
+        FindingKind.CPU_BOUND_INPUT if cpu_bound and not changes else FindingKind.INPUT_BOUND,
         0.5 + wait / 2,
         message,
         dataWaitFraction=wait,
@@ -278,9 +278,9 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
     if w.memory_used_mib is None or not w.memory_total_mib or w.batch_size is None:
         return None
     used = w.memory_used_mib / w.memory_total_mib
-    if not ctx.under("SmallBatch", used, t.memory_headroom):
+    if not ctx.under(FindingKind.SMALL_BATCH, used, t.memory_headroom):
         return None
-    if not ctx.sustained("SmallBatch", w.gpu_utilization, below(t.gpu_utilization)):
+    if not ctx.sustained(FindingKind.SMALL_BATCH, w.gpu_utilization, below(t.gpu_utilization)):
         return None
     model = fit_memory(w.memory_by_batch or [(w.batch_size, w.memory_used_mib)])
     changes: dict[str, str] = {}
@@ -313,7 +313,7 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
             advice += "."
     util = w.mean(w.gpu_utilization) or 0.0
     finding = ctx.finding(
-        "SmallBatch",
+        FindingKind.SMALL_BATCH,
         0.4 + (t.memory_headroom - used),
         f"Only {used:.0%} of GPU memory is used at batch size {w.batch_size} while utilization is {util:.0f}%.",
         memoryUsedFraction=used,
@@ -324,7 +324,7 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
     )
     recommendation = Recommendation(
         action=ActionKind.ADJUST_CONFIG,
-        finding="SmallBatch",
+        finding=FindingKind.SMALL_BATCH,
         message=advice,
         changes=changes,
         expected_effect="fewer, fuller kernels per sample" if changes else None,
@@ -338,7 +338,7 @@ def no_mixed_precision(ctx: RuleContext) -> Diagnosis | None:
     if w.autocast is not False or w.compute_capability is None or w.compute_capability < (7, 0):
         return None
     if w.tensor_activity is not None and not ctx.under(
-        "NoMixedPrecision", w.tensor_activity, ctx.thresholds.tensor_activity
+        FindingKind.NO_MIXED_PRECISION, w.tensor_activity, ctx.thresholds.tensor_activity
     ):
         return None  # tensor cores busy anyway (e.g. TF32 matmuls or a manual half model)
     if w.job_age_seconds < ctx.sustain.grace_seconds:
@@ -346,7 +346,7 @@ def no_mixed_precision(ctx: RuleContext) -> Diagnosis | None:
     dtype = "bf16" if w.compute_capability >= (8, 0) else "fp16"
     major, minor = w.compute_capability
     finding = ctx.finding(
-        "NoMixedPrecision",
+        FindingKind.NO_MIXED_PRECISION,
         0.8 if w.tensor_activity is not None else 0.6,
         f"Training runs without autocast on a tensor-core GPU (compute capability {major}.{minor}).",
         gpuModel=w.gpu_model,
@@ -356,7 +356,7 @@ def no_mixed_precision(ctx: RuleContext) -> Diagnosis | None:
     changes = {ctx.tunables.amp.env: "1"} if ctx.tunables.amp is not None else {}
     recommendation = Recommendation(
         action=ActionKind.ADJUST_CONFIG,
-        finding="NoMixedPrecision",
+        finding=FindingKind.NO_MIXED_PRECISION,
         message=f"Enable automatic mixed precision with {dtype}.",
         changes=changes,
         expected_effect="typically 1.5-3x faster steps and half the activation memory",
@@ -379,7 +379,7 @@ def straggler(ctx: RuleContext) -> Diagnosis | None:
     series = ctx.window.worker_step_seconds
     if len(series) < 3 or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
         return None
-    held = ctx.previous.get("Straggler") if "Straggler" in ctx.active else None
+    held = ctx.previous.get(FindingKind.STRAGGLER) if FindingKind.STRAGGLER in ctx.active else None
     spread = min(math.sqrt(STRAGGLERS.min_slowdown), _slow_worker_limit(ctx))
     if held is None and steps_alike(series, spread, ctx.window.worker_step_extremes):
         return None
@@ -418,7 +418,7 @@ def steps_alike(
 def _slow_worker_limit(ctx: RuleContext) -> float:
     """The slowdown against its peers from which a worker is a SlowWorker (lower while it is one)."""
     excess = ctx.thresholds.persistent_slowdown - 1
-    return 1 + (excess / (1 + ctx.thresholds.release_margin) if ctx.is_active("SlowWorker") else excess)
+    return 1 + (excess / (1 + ctx.thresholds.release_margin) if ctx.is_active(FindingKind.SLOW_WORKER) else excess)
 
 
 def _number(text: str | None, default: float) -> float:
@@ -430,7 +430,7 @@ def _number(text: str | None, default: float) -> float:
 
 def _straggler(ctx: RuleContext, worker: int, peak: float, baseline: float, start: float) -> Diagnosis:
     finding = ctx.finding(
-        "Straggler",
+        FindingKind.STRAGGLER,
         min(0.95, 0.5 + (peak - 1) / 2),
         f"Worker {worker} runs {peak:.1f}x slower than its own baseline against its peers; "
         "every step of the job waits for it.",
@@ -441,7 +441,7 @@ def _straggler(ctx: RuleContext, worker: int, peak: float, baseline: float, star
     )
     recommendation = Recommendation(
         action=ActionKind.RESCHEDULE,
-        finding="Straggler",
+        finding=FindingKind.STRAGGLER,
         message=f"Replace worker {worker}'s pod on another node (after a checkpoint).",
         changes={},
         expected_effect=f"up to {peak:.1f}x faster steps for the whole job",
@@ -464,7 +464,7 @@ def slow_worker(ctx: RuleContext, ratios: PeerRatios) -> Diagnosis | None:
         return None
     worker, slowdown = max(slow.items(), key=lambda item: item[1])
     finding = ctx.finding(
-        "SlowWorker",
+        FindingKind.SLOW_WORKER,
         0.3,
         f"Worker {worker} has been {slowdown:.2f}x slower than its peers for the whole window.",
         worker=worker,
@@ -529,14 +529,14 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     if w.memory_used_mib is None or not w.memory_total_mib or w.gpus != max(1, len(w.worker_step_seconds)):
         return None
     used = w.memory_used_mib / w.memory_total_mib
-    if not ctx.under("OversizedGPU", used, t.memory_headroom):
+    if not ctx.under(FindingKind.OVERSIZED_GPU, used, t.memory_headroom):
         return None
     activity, metric = compute_activity(w)
     if not activity:
         return None
     if (wait := w.mean(w.data_wait_fraction)) is not None and wait >= t.data_wait_fraction:
         return None
-    if not ctx.sustained("OversizedGPU", activity, below(t.oversized_activity)):
+    if not ctx.sustained(FindingKind.OVERSIZED_GPU, activity, below(t.oversized_activity)):
         return None
     needed = _percentile(activity, ctx.sustain.hold_fraction)
     slices = max(1, math.ceil(needed * COMPUTE_SLICES / t.mig_fill))
@@ -549,7 +549,7 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
         finding = _oversized_finding(ctx, needed, metric, f"a MIG slice {profile.name} would do", profile.name)
         recommendation = Recommendation(
             action=ActionKind.MIG_REPARTITION,
-            finding="OversizedGPU",
+            finding=FindingKind.OVERSIZED_GPU,
             message=f"Run each worker on a MIG slice {profile.name}: request {profile.resource_name}: 1 "
             "instead of a whole GPU.",
             changes={MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name},
@@ -565,7 +565,7 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     finding = _oversized_finding(ctx, needed, metric, fix, f"none: {why_not}", gpuShare=share)
     recommendation = Recommendation(
         action=ActionKind.PACK,
-        finding="OversizedGPU",
+        finding=FindingKind.OVERSIZED_GPU,
         message=f"Run each worker on a time-sliced share of a GPU (at least {share:.0%} of one, compute and "
         "memory) next to other light jobs, instead of a whole GPU.",
         changes={SHARE_CHANGE: TIME_SLICING, GPU_SHARE_CHANGE: f"{share:.2f}"},
@@ -581,7 +581,7 @@ def _oversized_finding(
     w, t = ctx.window, ctx.thresholds
     peak, total = w.memory_used_mib or 0.0, w.memory_total_mib or 1.0  # both known: oversized_gpu checked
     return ctx.finding(
-        "OversizedGPU",
+        FindingKind.OVERSIZED_GPU,
         0.4 + (t.oversized_activity - needed) + (0.1 if metric == "smActivity" else 0.0),
         f"The GPU computes under {t.oversized_activity:.0%} of the time ({needed:.0%} in 90% of samples, "
         f"{'SM activity' if metric == 'smActivity' else 'GPU utilization'}) and memory peaks at "
@@ -604,11 +604,11 @@ def throttling(ctx: RuleContext) -> Diagnosis | None:
     """
     # A series with no slowdown at any sample never holds, unless the finding is active and the
     # series too short to change our mind (`holds`): most GPUs' series are skipped unread.
-    active = ctx.is_active("Throttling")
+    active = ctx.is_active(FindingKind.THROTTLING)
     throttled = {
         worker: series
         for worker, series in ctx.window.clock_slowdowns.items()
-        if (active or any(series)) and ctx.sustained("Throttling", series, at_least(1.0))
+        if (active or any(series)) and ctx.sustained(FindingKind.THROTTLING, series, at_least(1.0))
     }
     if not throttled:
         return None
@@ -622,7 +622,7 @@ def throttling(ctx: RuleContext) -> Diagnosis | None:
         if sum(n for mask, n in masks.items() if mask & bit) * 2 >= len(series)
     ]
     finding = ctx.finding(
-        "Throttling",
+        FindingKind.THROTTLING,
         0.6 + shares[worker] / 4,
         f"Worker {worker}'s GPU clocks were held down in {shares[worker]:.0%} of samples "
         f"({', '.join(reasons) or 'changing reasons'})"
@@ -634,7 +634,7 @@ def throttling(ctx: RuleContext) -> Diagnosis | None:
     )
     recommendation = Recommendation(
         action=ActionKind.RESCHEDULE,
-        finding="Throttling",
+        finding=FindingKind.THROTTLING,
         message=f"Restart the job away from worker {worker}'s node (after a checkpoint) and have its cooling "
         "or power delivery checked.",
         changes={},
@@ -669,14 +669,14 @@ def communication_bound(ctx: RuleContext) -> Diagnosis | None:
     if max(tx, rx) > t.collective_symmetry * min(tx, rx):
         return None
     activity, metric = compute_activity(w)
-    if not ctx.sustained("CommunicationBound", activity, below(t.gpu_utilization / 100)):
+    if not ctx.sustained(FindingKind.COMMUNICATION_BOUND, activity, below(t.gpu_utilization / 100)):
         return None
-    if not ctx.sustained("CommunicationBound", w.data_wait_fraction, below(t.data_wait_fraction)):
+    if not ctx.sustained(FindingKind.COMMUNICATION_BOUND, w.data_wait_fraction, below(t.data_wait_fraction)):
         return None
     computing, waiting = w.mean(activity) or 0.0, w.mean(w.data_wait_fraction) or 0.0
     elsewhere = max(0.0, 1 - computing - waiting)
     finding = ctx.finding(
-        "CommunicationBound",
+        FindingKind.COMMUNICATION_BOUND,
         0.45 + (0.1 if metric == "smActivity" else 0.0),
         f"{len(w.worker_step_seconds)} workers spend about {elsewhere:.0%} of each step neither computing "
         f"({computing:.0%}) nor waiting for input ({waiting:.0%}), while their GPUs send and receive "
@@ -698,7 +698,7 @@ def communication_bound(ctx: RuleContext) -> Diagnosis | None:
         )
     recommendation = Recommendation(
         action=ActionKind.ADJUST_CONFIG,
-        finding="CommunicationBound",
+        finding=FindingKind.COMMUNICATION_BOUND,
         message="Accumulate gradients over twice the micro-batches (under DDP's no_sync()): half the all-reduces "
         "per sample."
         if changes

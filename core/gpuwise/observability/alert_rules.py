@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gpuwise.api.kinds import FindingKind
 from gpuwise.metrics import Metric, catalog
 from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB, increase, rate, sel, with_trainingjob
 
@@ -287,7 +288,7 @@ def efficiency() -> RuleGroup:
             ),
             Alert(
                 "GpuwiseJobStraggler",
-                f"topk {BY_JOB} (1, {ratio}) and {ON_JOB} {engine_finding('Straggler')}",
+                f"topk {BY_JOB} (1, {ratio}) and {ON_JOB} {engine_finding(FindingKind.STRAGGLER)}",
                 "warning",
                 f"worker {{{{ $labels.pod }}}} of TrainingJob {job} is a straggler",
                 "gpuwise finds a worker of this job slowed down against its own baseline and its peers, and "

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gpuwise.act.node_settings import NodeActionSettings
 from gpuwise.api.base import ApiModel, Duration
-from gpuwise.api.trainingjob import ActionKind
+from gpuwise.api.kinds import ActionKind
 
 # A budget counts jobs: "3", or a share of the running TrainingJobs it covers: "10%".
 BUDGET_PATTERN: Final = r"^([0-9]+|[0-9]{1,3}%)$"

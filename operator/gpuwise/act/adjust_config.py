@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import Action, JobView, Plan, Refusal
-from gpuwise.api.trainingjob import ActionKind, IntTunable, Recommendation, SwitchTunable, Tunables
+from gpuwise.api.kinds import ActionKind
+from gpuwise.api.trainingjob import IntTunable, Recommendation, SwitchTunable, Tunables
 
 SWITCH_VALUES = ("0", "1")
 

@@ -33,7 +33,8 @@ from gpuwise.act.action_settings import EVERY_NAMESPACE, ActionSettings, Budget,
 from gpuwise.act.adjust_config import current_env
 from gpuwise.act.machine import WORSE, JobView, Plan, Refusal
 from gpuwise.api.base import parse_duration
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, ActionState, Instrumentation
+from gpuwise.api.kinds import ActionKind
+from gpuwise.api.trainingjob import ActionRecord, ActionState, Instrumentation
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from datetime import datetime
 from typing import Any, ClassVar, Final
 
 from gpuwise.act.action_settings import ActionSettings
+from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import (
     FINAL_ACTION_STATES,
     MAX_ACTION_HISTORY,
-    ActionKind,
     ActionRecord,
     ActionState,
     ActionTransition,

@@ -37,10 +37,10 @@ from gpuwise.act import nodes
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.node_settings import NodeActionSettings
+from gpuwise.api.kinds import MIG_PROFILE_CHANGE, ActionKind
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
+from gpuwise.api.trainingjob import ActionRecord, Recommendation
 from gpuwise.decide.mig_geometry import GpuState, MigInstance, NoGeometryError, plan_gpu
-from gpuwise.diagnose.rules import MIG_PROFILE_CHANGE
 from gpuwise.hardware.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
 from gpuwise.kube.client import Kube
 from gpuwise.kube.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, gpu_resources

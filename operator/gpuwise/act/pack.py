@@ -31,14 +31,14 @@ from gpuwise.act import mig_repartition, nodes
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal
 from gpuwise.act.node_settings import NodeActionSettings, TimeSlicingSettings
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
+from gpuwise.api.kinds import GPU_SHARE_CHANGE, MIG_PROFILE_CHANGE, SHARE_CHANGE, TIME_SLICING, ActionKind
+from gpuwise.api.trainingjob import ActionRecord, Recommendation
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fit import placement
 from gpuwise.decide.packing.fragmentation import TargetWorkload
 from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
-from gpuwise.diagnose.rules import GPU_SHARE_CHANGE, MIG_PROFILE_CHANGE, SHARE_CHANGE, TIME_SLICING
 from gpuwise.kube.client import Kube
 from gpuwise.kube.resources import GPU_RESOURCE, cpu_cores, gpu_resources
 

@@ -20,9 +20,9 @@ from typing import Final
 
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import Action, JobView, Plan, Refusal, Verdict, compare
-from gpuwise.api.trainingjob import ActionKind, ActionRecord, Recommendation
+from gpuwise.api.kinds import GPU_CLASS_CHANGE, ActionKind
+from gpuwise.api.trainingjob import ActionRecord, Recommendation
 
-GPU_CLASS_CHANGE: Final = "gpuClass"
 MAX_AVOIDED: Final = 4
 
 

@@ -133,7 +133,7 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
 def _advice(recommendation: Recommendation) -> str:
     """AdjustConfig's changes are the script's own settings here: say which to try. Other actions'
     changes (a MIG profile, a time-sliced share) are for the operator; their message says it all."""
-    from gpuwise.api.trainingjob import ActionKind
+    from gpuwise.api.kinds import ActionKind
 
     if recommendation.action is not ActionKind.ADJUST_CONFIG or not recommendation.changes:
         return recommendation.message
