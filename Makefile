@@ -36,6 +36,7 @@ checkov: $(CHECKOV)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports  # the import contracts in pyproject.toml
 
 typecheck: $(STAMP)
 	$(BIN)/mypy core operator sidecar tests bench
