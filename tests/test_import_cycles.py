@@ -16,10 +16,10 @@ def _cycles(imports: dict[str, set[str]]) -> list[list[str]]:
     stack: list[str] = []
     on_stack: set[str] = set()
     found: list[list[str]] = []
-    for root in imports:
+    for root, targets in imports.items():
         if root in index:
             continue
-        work = [(root, iter(sorted(imports[root])))]
+        work = [(root, iter(sorted(targets)))]
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)
