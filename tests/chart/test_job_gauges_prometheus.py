@@ -25,9 +25,9 @@ from gpuwise.observability import DASHBOARDS
 from gpuwise.operator.evaluate import evaluate_window
 from gpuwise.operator.metrics import JobGauges
 from tests.chart.support import CHART
+from tests.operator.test_job_gauges import spec, window
 from tests.support.prometheus import Prometheus, running
 from tests.support.waiting import eventually, free_port
-from tests.unit.test_job_gauges import spec, window
 
 pytestmark = [
     pytest.mark.prometheus,

@@ -16,7 +16,7 @@ from gpuwise.instrument import wire
 from gpuwise.instrument.checkpoint import Checkpoints
 from gpuwise.instrument.sender import Sender
 from gpuwise.instrument.tracker import Tracker
-from tests.sidecar.conftest import Inbox
+from tests.conftest import Inbox
 from tests.sidecar.support import ROOT, environment
 
 

@@ -17,7 +17,7 @@ from gpuwise.act.nodes import (
 )
 from gpuwise.kube.client import ApiError, Kube
 from gpuwise.kube.resources import gpu_resources
-from tests.actions.support import budget, node, pod
+from tests.act.support import budget, node, pod
 
 GPU = {"nvidia.com/gpu": 1}
 JOB = "default/bert"  # the TrainingJob whose action idles the node

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.actions.scenario import (
+from tests.act.scenario import (
     Trainer,
     events,
     in_state,
@@ -29,7 +29,7 @@ from tests.actions.scenario import (
     status_of,
     trainingjob,
 )
-from tests.actions.support import DevicePlugin, time_slicing_node
+from tests.act.support import DevicePlugin, time_slicing_node
 from tests.integration.conftest import Cluster, Operator
 from tests.support.emulator import EmulatorThread
 from tests.support.prometheus import AVAILABLE, Prometheus

@@ -21,7 +21,7 @@ from gpuwise import wiring
 from gpuwise.act.machine import transition
 from gpuwise.api.trainingjob import ActionRecord, ActionState
 from gpuwise.kube import job_overrides
-from tests.actions.scenario import (
+from tests.act.scenario import (
     FAST_WAIT,
     TJ_API,
     Trainer,

@@ -24,7 +24,7 @@ from gpuwise.decide.mig_geometry import MigInstance
 from gpuwise.hardware.mig_profiles import gpu_model
 from gpuwise.kube.client import Kube
 from gpuwise.kube.job_overrides import render
-from tests.actions.support import MigManager, budget, drive, job_view, mig_node, pod, recommend, record_for
+from tests.act.support import MigManager, budget, drive, job_view, mig_node, pod, recommend, record_for
 from tests.support.emulator import EmulatorThread
 
 GPU = {"nvidia.com/gpu": 1}

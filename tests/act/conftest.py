@@ -8,7 +8,7 @@ import pytest
 from kubernetes import config
 
 from gpuwise.kube.client import Kube
-from tests.actions.scenario import Trainer
+from tests.act.scenario import Trainer
 from tests.integration.conftest import cluster, emulator  # noqa: F401 - the same fixtures as the integration tests
 from tests.support.emulator import EmulatorThread
 from tests.support.prometheus import Prometheus

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpuwise import wiring
-from tests.actions.scenario import (
+from tests.act.scenario import (
     Trainer,
     events,
     in_state,
@@ -31,7 +31,7 @@ from tests.actions.scenario import (
     start_operator,
     trainingjob,
 )
-from tests.actions.support import MigManager, budget, mig_node, pod
+from tests.act.support import MigManager, budget, mig_node, pod
 from tests.integration.conftest import Cluster, Operator
 from tests.support.emulator import EmulatorThread
 from tests.support.prometheus import AVAILABLE, Prometheus

@@ -24,7 +24,7 @@ import yaml
 from gpuwise import wiring
 from gpuwise.instrument import wire
 from gpuwise.metrics import catalog
-from tests.actions.scenario import (
+from tests.act.scenario import (
     events,
     in_state,
     job_of,

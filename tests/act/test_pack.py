@@ -15,7 +15,7 @@ from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.decide.packing.cluster import PodRequest
 from gpuwise.kube.client import Kube
-from tests.actions.support import (
+from tests.act.support import (
     DevicePlugin,
     drive,
     job_view,
