@@ -27,7 +27,7 @@ the straggler detector, which needs three workers to compare, cost what they cos
   ends where the data does, as a running operator's ends at the last scrape.
   kopf's own cost of running 10,000 timers is not measured.
 - for reference, window + diagnosis alone over the last snapshot (a part of (b), not added to it);
-- the naive way, the same 19 quantities per job restricted to that job, for a sample of jobs,
+- the naive way, the same 20 quantities per job restricted to that job, for a sample of jobs,
   extrapolated to all of them.
 
 Operator CPU is `time.process_time()` of the measuring process (Prometheus runs elsewhere), RSS is
@@ -517,7 +517,7 @@ def diagnosis_only(snapshot: Snapshot, now: float) -> dict[str, Any]:
 
 
 def per_job_queries(namespace: str, job: str, window: str, step: float) -> tuple[dict[str, str], dict[str, str]]:
-    """What an operator without batching asks for one job: the same 19 quantities, filtered to it."""
+    """What an operator without batching asks for one job: the same 20 quantities, filtered to it."""
     dev = (f'namespace="{namespace}"', f'pod=~"{job}-[0-9]+"')
     proc = (f'namespace="{namespace}"', f'trainingjob="{job}"')
     rate_window = f"{int(max(60.0, 4 * step))}s"  # as batched.worker_step_query
@@ -539,6 +539,7 @@ def per_job_queries(namespace: str, job: str, window: str, step: float) -> tuple
         "pcie_rx": f"avg(avg_over_time({sel(catalog.PCIE_RX, *dev)}[{window}]))",
         "gpus": f"count({sel(catalog.GPU_UTIL, *dev)})",
         "gpu_model": f"count by (modelName) ({sel(catalog.GPU_UTIL, *dev)})",
+        "compute_capability": f"min({sel(catalog.COMPUTE_CAPABILITY, *proc)})",
         "last_step": f"max({sel(catalog.LAST_STEP, *proc)})",
         "batch_size": f"max({sel(catalog.BATCH_SIZE, *proc)})",
         "num_workers": f"max({sel(catalog.NUM_WORKERS, *proc)})",

@@ -56,6 +56,29 @@ def collect(url: str, jobs: dict[tuple[str, str], JobFacts]) -> tuple[dict[Any, 
     return {key: snapshot.window(key, facts) for key, facts in jobs.items()}, client
 
 
+def test_the_compute_capability_the_sidecar_read_reaches_the_job(prometheus_url: str) -> None:
+    """The NVML value travels through Prometheus under the job's labels; the model name is the fallback."""
+    query = source.instant_queries("8s")["compute_capability"]
+    (answer,) = Prometheus(prometheus_url).instant(query, time.time())
+    assert answer["metric"] == {"namespace": "ml", "trainingjob": "bert"}
+    assert float(answer["value"][1]) == 9.0  # the simulated H100's datasheet value, as NVML would say it
+    records = source._by_job(
+        0.0,
+        {
+            **{name: {} for name in source.instant_queries("8s")},
+            "gpu_model": {("ml", "a"): "NVIDIA H100 80GB HBM3", ("ml", "b"): "NVIDIA H100 80GB HBM3"},
+            "compute_capability": {("ml", "a"): 8.9},
+            "last_step": {},
+        },
+        series={name: {} for name in source.range_queries()},
+        worker_steps={},
+        extremes={},
+        slowdowns={},
+    )
+    assert records["ml", "a"].compute_capability == (8, 9), "what NVML reported wins over the name"
+    assert records["ml", "b"].compute_capability == (9, 0), "no series (dcgm-exporter): the name's entry"
+
+
 def test_window_holds_what_the_sidecar_exported(prometheus_url: str) -> None:
     windows, _ = collect(prometheus_url, {JOB: JobFacts(age_seconds=3600, cpu_cores=8)})
     window = windows[JOB]
@@ -92,7 +115,7 @@ def test_a_job_without_series_gets_nothing_invented(prometheus_url: str) -> None
 def test_the_number_of_queries_does_not_grow_with_jobs(prometheus_url: str) -> None:
     one = collect(prometheus_url, {JOB: JobFacts(age_seconds=3600)})[1]
     many = collect(prometheus_url, {("ns", f"job-{i}"): JobFacts(age_seconds=3600) for i in range(500)})[1]
-    assert len(one.requests) == len(many.requests) == source.query_count() == 19
+    assert len(one.requests) == len(many.requests) == source.query_count() == 20
 
 
 def test_a_snapshot_is_left_out_of_the_cycles_collections(prometheus_url: str) -> None:

@@ -37,6 +37,7 @@ class FakeInstance:
 class FakeGpu:
     index: int
     name: str = "NVIDIA H100 80GB HBM3"
+    capability: tuple[int, int] = (9, 0)  # nvmlDeviceGetCudaComputeCapability
     util: tuple[int, int] = (87, 41)
     total_mib: int = 81559
     used_mib: int = 40000
@@ -145,6 +146,9 @@ class FakeNvml:
 
     def nvmlDeviceGetMinorNumber(self, handle: Handle) -> int:
         return self._check("nvmlDeviceGetMinorNumber", handle).index
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Handle) -> tuple[int, int]:
+        return self._check("nvmlDeviceGetCudaComputeCapability", handle).capability
 
     # --- MIG -----------------------------------------------------------------------------------
     def nvmlDeviceGetMigMode(self, device: Handle) -> list[int]:

@@ -224,3 +224,15 @@ def test_close_releases_nvml(harness_for) -> None:
     h = harness_for(FakeGpu(0))
     h.backend.close()
     assert h.backend._nvml.shut_down.is_set()
+
+
+def test_compute_capability_comes_from_nvml_and_is_absent_where_it_has_none(harness_for) -> None:
+    ada = FakeGpu(0, name="NVIDIA L40S", capability=(8, 9))
+    unknown = FakeGpu(1, name="NVIDIA H100 80GB HBM3", unsupported={"nvmlDeviceGetCudaComputeCapability"})
+    h = harness_for(ada, unknown)
+    series = h.sample()
+    assert value(series, "gpuwise_gpu_compute_capability", gpu="0") == 8.9
+    assert not select(series, "gpuwise_gpu_compute_capability", gpu="1"), "never guessed from the name here"
+    h.sample()
+    calls = h.backend._nvml.calls
+    assert calls.count("nvmlDeviceGetCudaComputeCapability") == 2, "read once per GPU, not every sample"

@@ -1,11 +1,16 @@
-"""A GPU's CUDA compute capability from the model name NVML reports, for series that carry no other.
+"""A GPU's CUDA compute capability: what NVML reported, else what its model name says.
 
-What decides whether a GPU has tensor cores worth mixed precision (`NoMixedPrecision`).
+What decides whether a GPU has tensor cores worth mixed precision (`NoMixedPrecision`). The
+sidecar reads it from NVML (`nvmlDeviceGetCudaComputeCapability`) and exports it as
+`gpuwise_gpu_compute_capability`, major.minor as one number; the operator and `gpuwise run` both
+take that where it exists (`capability`), and the model name's table entry where it does not: a
+series from dcgm-exporter, an older sidecar, or a report written before it was exported.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Final
 
@@ -23,3 +28,22 @@ def compute_capability(model: str | None) -> tuple[int, int] | None:
     """A GPU's CUDA compute capability from its NVML model name; None for a model not listed."""
     tokens = re.split(r"[^A-Za-z0-9]+", model or "")
     return next((COMPUTE_CAPABILITY[t] for t in tokens if t in COMPUTE_CAPABILITY), None)
+
+
+def as_gauge(capability: tuple[int, int]) -> float:
+    """The exported value: major.minor as one number (9.0, 8.9); every minor version is below 10."""
+    major, minor = capability
+    return major + minor / 10
+
+
+def from_gauge(value: float | None) -> tuple[int, int] | None:
+    """(major, minor) from the exported value; None where there is none or it is not one."""
+    if value is None or not math.isfinite(value) or value < 1:
+        return None
+    major, minor = divmod(round(value * 10), 10)
+    return major, minor
+
+
+def capability(reported: float | None, model: str | None) -> tuple[int, int] | None:
+    """What NVML reported (`from_gauge`) where it did; else the model name's table entry."""
+    return from_gauge(reported) or compute_capability(model)

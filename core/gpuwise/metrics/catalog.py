@@ -97,6 +97,13 @@ MIG_ENABLED: Final = Metric(
     "1 when MIG mode is enabled on this GPU, 0 when it is not.",
     Scope.GPU,
 )
+COMPUTE_CAPABILITY: Final = Metric(
+    "gpuwise_gpu_compute_capability",
+    _G,
+    "1",
+    "The GPU's CUDA compute capability as major.minor (9.0 for Hopper), from NVML.",
+    Scope.GPU,
+)
 XID_EVENTS: Final = Metric(
     "gpuwise_xid_errors_total",
     _C,

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from gpuwise.diagnose.straggler import step_extremes_by_job
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, REPORTED_FIELDS, Points, Reported
-from gpuwise.hardware.compute_capability import compute_capability
+from gpuwise.hardware.compute_capability import capability
 from gpuwise.metrics import Metric, catalog
 from gpuwise.metrics.promql import sel, with_trainingjob
 from gpuwise.prometheus import answers
@@ -108,6 +108,8 @@ def instant_queries(window: str) -> dict[str, str]:
         "pcie_rx_bytes_per_second": over_window("avg", catalog.PCIE_RX),
         "gpus": f"count {BY_JOB} ({with_trainingjob(sel(catalog.GPU_UTIL))})",
         "gpu_model": f"count by (namespace, trainingjob, modelName) ({with_trainingjob(sel(catalog.GPU_UTIL))})",
+        # The least capable of the job's GPUs, as NVML reported it (absent from dcgm-exporter's series).
+        "compute_capability": f"min {BY_JOB} ({sel(catalog.COMPUTE_CAPABILITY)})",
         "last_step": _job_max(catalog.LAST_STEP),
         "batch_size": _job_max(catalog.BATCH_SIZE),
         "num_workers": _job_max(catalog.NUM_WORKERS),
@@ -166,7 +168,7 @@ def _by_job(
         "seconds_since_last_step": [now - last if last is not None else None for last in fact("last_step")],
         "gpus": [int(gpus) if gpus is not None else 0 for gpus in fact("gpus")],
         "gpu_model": models,
-        "compute_capability": list(map(compute_capability, models)),
+        "compute_capability": list(map(capability, fact("compute_capability"), models)),
         "batch_size": batches,
         "num_workers": whole("num_workers"),
         "pin_memory": flag("pin_memory"),

@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from gpuwise.diagnose.window import JobWindow, slowdown_bits
+from gpuwise.hardware.compute_capability import capability
 from gpuwise.local.recorder import Recorder, Summary
 from gpuwise.metrics import catalog
 from gpuwise.sidecar.steps import ProcessSteps
@@ -74,7 +75,10 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
     per_metric: defaultdict[str, list[float]] = defaultdict(list)
     busiest: tuple[float, float] | None = None  # (used, total) MiB of the fullest GPU sample
     gpus: set[int] = set()
+    capabilities: list[float] = []  # what NVML reported of each GPU, whenever in the run it was sampled
     for record in recorder.trace():
+        if catalog.COMPUTE_CAPABILITY.name in record["values"]:
+            capabilities.append(record["values"][catalog.COMPUTE_CAPABILITY.name])
         if not start <= record["t"] <= end:
             continue
         values, gpus = record["values"], gpus | {record["gpu"]}
@@ -120,6 +124,7 @@ def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], 
         seconds_since_last_step=elapsed - steps[-1].t if steps else None,
         gpus=max(len(gpus), 1),
         gpu_model=models[0] if models else None,
+        compute_capability=capability(min(capabilities, default=None), models[0] if models else None),
         cpu_cores=float(len(os.sched_getaffinity(0))),
         processes_per_node=max(1, len(processes)),  # the ranks that reported share this machine's cores
         batch_size=setup.get("batch_size"),

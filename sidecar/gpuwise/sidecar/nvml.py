@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwise.hardware.compute_capability import as_gauge
 from gpuwise.metrics import Metric, catalog
 from gpuwise.sidecar import backend, nvml_errors
 from gpuwise.sidecar.backend import BackendUnavailable, Device, Sample, SampleBuilder
@@ -45,6 +46,7 @@ class _Gpu:
     mig: bool
     gpm: GpmReader | None
     gpm_missing: str  # why `gpm` is None: profiling is per MIG instance, or not supported
+    compute_capability: tuple[int, int] | None = None  # (major, minor); None where NVML has none
     instances: list[_Instance] = field(default_factory=list)
     utilization_seen: int = 0  # NVML timestamp (µs) of the latest per-process sample read
 
@@ -100,10 +102,19 @@ class NvmlBackend:
             mig,
             gpm,
             backend.MIG_UNSUPPORTED if mig and gpm_supported else backend.NOT_SUPPORTED,
+            self._capability(handle),
         )
         if mig:
             gpu.instances = self._instances(gpu, gpm_supported)
         return gpu
+
+    def _capability(self, handle: Any) -> tuple[int, int] | None:
+        """The GPU's compute capability, read once: it is the chip's, and never changes."""
+        found = self._optional(self._nvml.nvmlDeviceGetCudaComputeCapability, handle)
+        if found is None:
+            return None
+        major, minor = (int(part) for part in found)
+        return (major, minor) if major > 0 else None
 
     def _instances(self, gpu: _Gpu, gpm_supported: bool) -> list[_Instance]:
         nvml = self._nvml
@@ -155,6 +166,8 @@ class NvmlBackend:
         nvml, device, handle = self._nvml, gpu.device, gpu.handle
         read = self._reader(builder, device)
         builder.add(catalog.MIG_ENABLED, device, 1.0 if gpu.mig else 0.0)
+        if gpu.compute_capability is not None:
+            builder.add(catalog.COMPUTE_CAPABILITY, device, as_gauge(gpu.compute_capability))
         if gpu.mig:
             for metric in (catalog.GPU_UTIL, catalog.MEM_COPY_UTIL):
                 builder.fail(metric, device, backend.MIG_UNSUPPORTED)

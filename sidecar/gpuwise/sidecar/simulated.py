@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from gpuwise.hardware.compute_capability import as_gauge
 from gpuwise.metrics import BY_NAME, catalog
 from gpuwise.sidecar import backend
 from gpuwise.sidecar.backend import Device, Sample, SampleBuilder
@@ -34,6 +35,7 @@ class GpuModel:
     idle_celsius: float
     hot_celsius: float
     pcie_bytes_per_s: float
+    compute_capability: tuple[int, int]
 
 
 H100: Final = GpuModel(
@@ -47,6 +49,7 @@ H100: Final = GpuModel(
     idle_celsius=31.0,
     hot_celsius=72.0,
     pcie_bytes_per_s=63e9,
+    compute_capability=(9, 0),
 )
 
 L4: Final = GpuModel(
@@ -60,6 +63,7 @@ L4: Final = GpuModel(
     idle_celsius=30.0,
     hot_celsius=75.0,
     pcie_bytes_per_s=32e9,
+    compute_capability=(8, 9),
 )
 MODELS: Final = {"H100": H100, "L4": L4}
 """The GPUs the simulated backend can be, by the short name `gpuwise sidecar --model` takes."""
@@ -146,6 +150,7 @@ class SimulatedBackend:
             catalog.PCIE_REPLAY.name: 0.0,
             catalog.XID_LAST.name: 0.0,
             catalog.MIG_ENABLED.name: 0.0,
+            catalog.COMPUTE_CAPABILITY.name: as_gauge(model.compute_capability),
             catalog.GR_ENGINE_ACTIVE.name: activity.busy,
             catalog.SM_ACTIVE.name: activity.sm_active,
             catalog.SM_OCCUPANCY.name: activity.occupancy,
