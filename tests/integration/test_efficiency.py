@@ -136,4 +136,4 @@ async def test_each_distinct_window_length_costs_one_read(prometheus: Prometheus
         await evaluator.evaluate(job, settings)
     # Instant queries aggregate over the window itself: one round of queries per window length in use.
     assert evaluator.fetches == 2
-    assert len(requests) == 2 * query_count() == 38
+    assert len(requests) == 2 * query_count() == 40
