@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from gpuwise.api.trainingjob import Finding, Tunables
-from gpuwise.diagnose.rules import STRAGGLERS, DiagnosisThresholds, RuleContext, diagnose, fit_memory, steps_alike
+from gpuwise.diagnose.rules import (
+    STRAGGLERS,
+    DiagnosisThresholds,
+    RuleContext,
+    diagnose,
+    fit_memory,
+    larger_batch,
+    steps_alike,
+)
 from gpuwise.diagnose.straggler import episodes_in, peer_ratios, steadily_slow, step_extremes
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
 
@@ -161,20 +169,26 @@ def test_small_batch_uses_the_memory_model_and_keeps_the_global_batch() -> None:
     finding, recommendation = run(w)["SmallBatch"]
     assert finding.evidence["memoryModel"] == "4096 MiB + 100.0 MiB/sample"
     assert recommendation is not None
-    # (0.85 × 81559 − 4096) / 100 = 652 samples fit, but 32 × 8 = 256 per process must stay: 256 × 1.
-    assert recommendation.changes == {"BATCH_SIZE": "256", "ACCUM": "1"}
+    # (0.85 × 81559 − 4096) / 100 = 652 samples fit, 32 × 8 = 256 per process must stay, and one
+    # recommendation raises the batch at most 4x: 128 × 2.
+    assert recommendation.changes == {"BATCH_SIZE": "128", "ACCUM": "2"}
     assert "batch × accumulation stays 256" in recommendation.message
-    # Without keepGlobalBatchSize: the largest power of two that fits, accumulation untouched.
-    assert run(w, tunables=FREE_BATCH)["SmallBatch"][1].changes == {"BATCH_SIZE": "512"}
+    assert "learning rate" not in recommendation.message, "the global batch does not change"
+    # Without keepGlobalBatchSize: the largest power of two that fits and is at most 4x, accumulation
+    # untouched, and the message says what else a larger global batch changes.
+    _, free = run(w, tunables=FREE_BATCH)["SmallBatch"]
+    assert free is not None and free.changes == {"BATCH_SIZE": "128"}
+    assert "scale the learning rate" in free.message and "keepGlobalBatchSize" in free.message
+    assert free.expected_effect is not None and free.expected_effect.startswith("at most 2.9x samples/s")
 
 
 @pytest.mark.parametrize(
     ("batch", "steps", "bounds", "per_sample", "expected"),
     [
-        (32, 8, {"min": 1, "max": 64}, 100.0, {"BATCH_SIZE": "256", "ACCUM": "1"}),
-        (24, 10, {"min": 1, "max": 64}, 100.0, {"BATCH_SIZE": "240", "ACCUM": "1"}),  # not a power of two
-        (32, 8, {"min": 2, "max": 64}, 100.0, {"BATCH_SIZE": "128", "ACCUM": "2"}),  # the accumulation's min
-        (16, 12, {"min": 1, "max": 64}, FITS_100, {"BATCH_SIZE": "96", "ACCUM": "2"}),  # 192 does not fit: 96 × 2
+        (32, 8, {"min": 1, "max": 64}, 100.0, {"BATCH_SIZE": "128", "ACCUM": "2"}),  # 256 × 1 is more than 4x
+        (24, 10, {"min": 1, "max": 64}, 100.0, {"BATCH_SIZE": "80", "ACCUM": "3"}),  # not a power of two; ≤ 96
+        (32, 8, {"min": 4, "max": 64}, 100.0, {"BATCH_SIZE": "64", "ACCUM": "4"}),  # the accumulation's min
+        (16, 12, {"min": 1, "max": 64}, FITS_100, {"BATCH_SIZE": "64", "ACCUM": "3"}),  # 192 fits nowhere near 4x
         (32, 1, {"min": 1, "max": 64}, 100.0, {}),  # accumulation 1: a larger batch would grow the global one
         (32, None, {"min": 1, "max": 64}, 100.0, {}),  # unknown accumulation: nothing to keep it against
     ],
@@ -205,7 +219,38 @@ def test_one_observation_gives_a_conservative_batch() -> None:
     assert fit_memory([(32, 8_000.0)]) == (0.0, 250.0)
     assert fit_memory([(32, 8_000.0), (64, 7_000.0)]) is None  # memory fell as batch grew: no model
     w = window(gpu_utilization=[35.0] * 60, batch_size=32, memory_used_mib=8_000.0)
-    assert run(w, tunables=FREE_BATCH)["SmallBatch"][1].changes["BATCH_SIZE"] == "256"  # 0.85 × 81559 / 250 = 277
+    assert run(w, tunables=FREE_BATCH)["SmallBatch"][1].changes["BATCH_SIZE"] == "128"  # 277 fit; at most 4x
+
+
+@pytest.mark.parametrize(("batch", "fits", "expected"), [(100, 10_000, 256), (128, 10_000, 512), (128, 300, 256)])
+def test_one_recommendation_raises_the_batch_at_most_four_times(batch: int, fits: int, expected: int) -> None:
+    tunable = FREE_BATCH.batch_size
+    assert tunable is not None
+    chosen = larger_batch(batch, fits, tunable=tunable, accumulation=None, steps=None, keep=False)
+    assert chosen == (expected, None)
+    assert expected <= 4 * batch
+
+
+def test_a_job_waiting_for_input_gets_no_finding_about_its_gpu_step() -> None:
+    """Measured on an H200: a starved conv net's SmallBatch (batch 128 -> 16384) gave 1.02x and its
+    NoMixedPrecision 1.00x, while the input fix gave 15x. Only the input finding may stand."""
+    starved = window(
+        gpu_utilization=[8.0] * 60,
+        data_wait_fraction=[0.9] * 60,
+        num_workers=0,
+        pin_memory=False,
+        memory_used_mib=1_100.0,
+        batch_size=128,
+        autocast=False,
+        tensor_activity=0.0,
+    )
+    found = run(starved)
+    assert "InputBound" in found
+    assert not {"SmallBatch", "NoMixedPrecision"} & set(found)
+    fed = window(
+        gpu_utilization=[8.0] * 60, memory_used_mib=1_100.0, batch_size=128, autocast=False, tensor_activity=0.0
+    )
+    assert {"SmallBatch", "NoMixedPrecision"} <= set(run(fed)), "the same job fed: both stand"
 
 
 def test_no_small_batch_finding_when_memory_is_used_or_the_gpu_busy() -> None:

@@ -65,6 +65,16 @@ def test_the_sidecar_serves_the_real_gpus(short_tmp: Path) -> None:
     assert len({s.labels["gpu"] for s in select(series, "DCGM_FI_DEV_FB_USED")}) == count
     assert value(series, "gpuwise_sidecar_info", backend="nvml") == 1
     assert not [s for s in series if s.labels.get("simulated")]
+    # The compute capability the sidecar exports is the one nvidia-smi reports, for every GPU.
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,compute_cap", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    expected = {index.strip(): float(cap) for index, cap in (line.split(",") for line in smi.stdout.splitlines())}
+    exported = {s.labels["gpu"]: s.value for s in select(series, "gpuwise_gpu_compute_capability")}
+    assert exported == expected
 
 
 CUDA_TRAINING = textwrap.dedent(

@@ -39,13 +39,19 @@ from gpuwise.diagnose.straggler import (
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 from gpuwise.hardware.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
 
+# One recommendation raises the batch at most this many times: a larger step changes the
+# optimisation (learning rate, convergence) and the memory model is fitted to what was seen.
+MAX_BATCH_FACTOR: Final = 4
+# Findings whose fix makes the GPU's own work faster: no help to a job that waits for its input.
+COMPUTE_SIDE: Final = frozenset({FindingKind.SMALL_BATCH, FindingKind.NO_MIXED_PRECISION})
 # A share above this leaves no room for a second job as light: the job needs its GPU.
 MAX_GPU_SHARE = 0.5
 MIB_PER_GB = 1000**3 / 2**20
 STRAGGLERS: Final = StragglerPolicy()
 # Kinds one rule names as the evidence tips one way or the other: they share hysteresis, so a
 # finding that changes its name (more workers would help / no CPU is left for them) keeps its hold.
-FAMILIES: Final[tuple[frozenset[str], ...]] = (frozenset({FindingKind.INPUT_BOUND, FindingKind.CPU_BOUND_INPUT}),)
+INPUT_SIDE: Final = frozenset({FindingKind.INPUT_BOUND, FindingKind.CPU_BOUND_INPUT})
+FAMILIES: Final[tuple[frozenset[str], ...]] = (INPUT_SIDE,)
 _FAMILY_OF: Final = {kind: family for family in FAMILIES for kind in family}
 
 
@@ -239,19 +245,21 @@ def larger_batch(
 ) -> tuple[int, int | None] | str:
     """The batch size to raise to, and the gradient accumulation to go with it; or a reason there is none.
 
-    `fits` is the largest batch the memory model allows. Without `keep` (keepGlobalBatchSize),
-    the largest power of two that fits and the tunable allows. With it, the global batch — batch ×
+    `fits` is the largest batch the memory model allows; no proposal is more than
+    `MAX_BATCH_FACTOR` times today's. Without `keep` (keepGlobalBatchSize), the largest power of
+    two that fits and the tunable allows. With it, the global batch — batch ×
     accumulation × world size — must stay exactly what it is; the world size does not change, so
     batch × accumulation must not either: the new batch is the largest divisor of that product
     that fits, is larger than today's, and leaves an accumulation within its tunable's bounds.
     That needs the accumulation tunable and the value the job runs with (`steps`).
     """
     if not keep:
-        proposal = min(tunable.max, 2 ** int(math.log2(fits))) if fits >= 1 else 0
+        largest = min(fits, batch * MAX_BATCH_FACTOR)
+        proposal = min(tunable.max, 2 ** int(math.log2(largest))) if largest >= 1 else 0
         if proposal > batch:
             return proposal, None
         return f"{batch} is already the largest that fits, or that the tunable's max ({tunable.max}) allows"
-    upper = min(fits, tunable.max)
+    upper = min(fits, tunable.max, batch * MAX_BATCH_FACTOR)
     if accumulation is None or steps is None:
         return (
             "keeping the global batch needs spec.efficiency.tunables.gradientAccumulationSteps and its variable "
@@ -310,8 +318,15 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
                     f" and gradient accumulation from {w.gradient_accumulation_steps} to {steps}: batch × "
                     f"accumulation stays {proposal * steps}, so the global batch does not change"
                 )
-            advice += "."
+                advice += "."
+            else:
+                advice += (
+                    ". The global batch grows with it, which changes the optimisation: scale the learning rate "
+                    "with the batch (with a warm-up), or declare keepGlobalBatchSize and gradientAccumulationSteps "
+                    "so that gpuwise keeps the global batch."
+                )
     util = w.mean(w.gpu_utilization) or 0.0
+    growth = int(changes[tunable.env]) / w.batch_size if tunable is not None and tunable.env in changes else None
     finding = ctx.finding(
         FindingKind.SMALL_BATCH,
         0.4 + (t.memory_headroom - used),
@@ -327,7 +342,13 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
         finding=FindingKind.SMALL_BATCH,
         message=advice,
         changes=changes,
-        expected_effect="fewer, fuller kernels per sample" if changes else None,
+        # Measured, not assumed: samples/s can grow at most with the batch, and at most until the GPU is busy.
+        expected_effect=(
+            f"at most {min(growth, 100 / max(util, 1.0)):.1f}x samples/s: the GPU is {util:.0f}% busy at batch "
+            f"{w.batch_size}, and a batch {growth:.1f}x larger fills it no further than that"
+            if growth
+            else None
+        ),
     )
     return finding, recommendation
 
@@ -728,4 +749,7 @@ def diagnose(ctx: RuleContext) -> list[Diagnosis]:
     if (idling := idle(ctx)) is not None:
         return [idling]
     found = [d for rule in RULES if rule is not idle and (d := rule(ctx)) is not None]
+    if any(finding.kind in INPUT_SIDE for finding, _ in found):
+        # The GPU waits for its input: a larger batch or a faster step cannot make it wait less.
+        found = [d for d in found if d[0].kind not in COMPUTE_SIDE]
     return sorted(found, key=lambda d: -d[0].confidence)

@@ -59,6 +59,10 @@ def findings(
             "message": finding.message,
             "evidence": finding.evidence,
             "recommendation": _advice(recommendation) if recommendation else None,
+            # What to set, and what the engine expects of it: `bench/gpu_recommendations.py` applies the one and
+            # measures the other.
+            "changes": dict(recommendation.changes) if recommendation else {},
+            "expected_effect": recommendation.expected_effect if recommendation else None,
         }
         for finding, recommendation in diagnose(context)
     ]
