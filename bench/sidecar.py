@@ -73,6 +73,7 @@ def feed(path: Path, stop: threading.Event) -> int:
                 -1,
                 -1,
                 0,
+                time.time(),
             )
             try:
                 sock.sendto(wire.encode(event), str(path))

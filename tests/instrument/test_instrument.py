@@ -28,15 +28,26 @@ class Clock:
 
 
 def event(**changes: Any) -> wire.StepEvent:
-    base = wire.StepEvent(1, 0, 0, 1, 32, 0.5, 0.2, 0.5, 2, 32, -1, -1, 0)
+    base = wire.StepEvent(1, 0, 0, 1, 32, 0.5, 0.2, 0.5, 2, 32, -1, -1, 0, 1_795_000_000.0)
     return base._replace(**changes)
 
 
-def test_an_event_is_80_bytes_and_round_trips() -> None:
+def test_an_event_is_88_bytes_and_round_trips() -> None:
     original = event(steps=7, wait_seconds=0.25, flags=wire.SAMPLES_KNOWN | wire.PIN_MEMORY_KNOWN)
     data = wire.encode(original)
-    assert len(data) == wire.SIZE == 80
+    assert len(data) == wire.SIZE == 88
     assert wire.decode(data) == original
+
+
+def test_a_version_1_event_is_read_without_an_end_time() -> None:
+    """A trainer with an older copy of the library: its steps count, and are timed on arrival."""
+    fields = event(steps=7)[:-1]
+    data = wire.LAYOUT_V1.pack(wire.MAGIC, 1, wire.KIND_STEP, *fields)
+    assert len(data) == 80
+    decoded = wire.decode(data)
+    assert decoded[:-1] == fields and math.isnan(decoded.ended_at)
+    with pytest.raises(wire.MalformedEvent):  # a version 2 header on the version 1 layout
+        wire.decode(wire.LAYOUT_V1.pack(wire.MAGIC, 2, wire.KIND_STEP, *fields))
 
 
 @pytest.mark.parametrize(
@@ -49,6 +60,9 @@ def test_an_event_is_80_bytes_and_round_trips() -> None:
         wire.encode(event(step_seconds=math.nan)),
         wire.encode(event(last_step_seconds=-1.0)),
         wire.encode(event(step_seconds=1.0, wait_seconds=5.0)),  # waited longer than it stepped
+        wire.encode(event(ended_at=math.nan)),  # version 2 says when its step ended
+        wire.encode(event(ended_at=math.inf)),
+        wire.encode(event(ended_at=-5.0)),
     ],
 )
 def test_malformed_datagrams_are_rejected(data: bytes) -> None:
@@ -267,3 +281,19 @@ def test_samples_are_read_from_common_batch_shapes() -> None:
     assert _batch_length(Tensor()) is None  # a scalar
     assert _batch_length("text") is None
     assert _batch_length([]) is None
+
+
+def test_an_event_says_when_its_last_step_ended_on_the_wall_clock(inbox: Inbox) -> None:
+    clock = Clock()
+    tracker = Tracker(Sender(str(inbox.path)), clock=clock, wall_clock=lambda: clock.now + 1_795_000_000.0)
+    tracker.fetched(100.0, 100.2, 16)
+    clock.now = 100.5
+    tracker.end_step()
+    (first,) = inbox.receive(1)
+    assert first.ended_at == pytest.approx(1_795_000_100.5)
+    clock.now = 100.6
+    tracker.end_step()  # within the send interval: owed until the flush at exit
+    clock.now = 150.6  # the DataLoader's workers take 50 s to shut down
+    tracker.flush()
+    (last,) = inbox.receive(1)
+    assert last.steps == 2 and last.ended_at == pytest.approx(1_795_000_100.6), "not stamped at the flush"

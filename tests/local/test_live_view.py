@@ -28,11 +28,15 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
+    def wall(self) -> float:
+        """The same moment as a unix time, which step events carry."""
+        return 1_795_000_000.0 + self.now
+
 
 @contextmanager
 def running(where: Path, backend: Backend | None, clock: Clock) -> Iterator[tuple[Sidecar, Recorder]]:
     """The sidecar and recorder of `gpuwise run`, wired as its session wires them."""
-    recorder = Recorder(clock=clock)
+    recorder = Recorder(clock=clock, wall_clock=clock.wall)
     sidecar = Sidecar(
         backend=backend,
         identity=Identity(hostname="here"),
@@ -48,11 +52,12 @@ def running(where: Path, backend: Backend | None, clock: Clock) -> Iterator[tupl
         sidecar.stop()
 
 
-def train(sidecar: Sidecar, steps: int, step_s: float, wait_s: float, batch: int) -> None:
-    """A training process's tracker reporting over the real socket (its own clock: exact figures)."""
+def train(sidecar: Sidecar, steps: int, step_s: float, wait_s: float, batch: int, *, run: Clock) -> None:
+    """A training process's tracker reporting over the real socket (its own clock: exact figures;
+    each report's steps end at the run's clock's time)."""
     clock = Clock()
     assert sidecar.receiver is not None
-    tracker = Tracker(Sender(str(sidecar.receiver.path)), clock=clock, send_interval=1e9)
+    tracker = Tracker(Sender(str(sidecar.receiver.path)), clock=clock, send_interval=1e9, wall_clock=run.wall)
     for _ in range(steps):
         tracker.fetched(clock.now, clock.now + wait_s, batch)
         clock.now += step_s
@@ -72,14 +77,14 @@ def test_steps_and_simulated_gpus(short_tmp: Path) -> None:
     backend = SimulatedBackend("data-starved", 2)
     with running(short_tmp, backend, clock) as (sidecar, recorder):
         clock.now = 1.0  # the steps arrive one second into the run
-        train(sidecar, steps=10, step_s=0.1, wait_s=0.025, batch=32)
+        train(sidecar, steps=10, step_s=0.1, wait_s=0.025, batch=32, run=clock)
         clock.now = 2.0
         text = render(sidecar, recorder, "simulated: 2 GPU(s) playing 'data-starved'")
         assert sidecar.sampler is not None and sidecar.sampler.snapshot is not None
         readings = sidecar.sampler.snapshot.sample.readings
     lines = [line.strip("│ ") for line in text.splitlines()]
     assert "python train.py" in lines[0] and "simulated: 2 GPU(s) playing 'data-starved'" in lines
-    # Two datagrams: the first step (0.1 s, received at 1.0 s) and the nine others; so the window
+    # Two datagrams: the first step (0.1 s, ended at 1.0 s) and the nine others; so the window
     # spans 2.0 - 1.0 + 0.1 s.
     assert "steps              10  (9.1/s over the last 1 s)" in lines
     assert "step time          100.0 ms" in lines
@@ -107,7 +112,7 @@ def test_without_a_gpu_step_metrics_only(short_tmp: Path) -> None:
         text = render(sidecar, recorder, note)
         assert "steps  0" in text, "before the first step"
         clock.now = 0.5
-        train(sidecar, steps=4, step_s=0.2, wait_s=0.15, batch=8)
+        train(sidecar, steps=4, step_s=0.2, wait_s=0.15, batch=8, run=clock)
         clock.now = 20.0  # steps older than the window: the total alone
         idle = render(sidecar, recorder, note)
         clock.now = 1.5

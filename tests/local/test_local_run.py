@@ -112,3 +112,24 @@ def test_bad_usage_says_what_to_fix(args: list[str], code: int, message: str) ->
     result = gpuwise_run(*args)
     assert result.returncode == code
     assert message in result.stdout + result.stderr
+
+
+def test_steps_are_timed_when_they_ended_even_when_reported_at_exit(short_tmp: Path) -> None:
+    """A run whose last steps' totals leave only at exit, 3 s after training ended (DataLoader
+    workers shutting down, say), still ran at its own pace: the report must not stretch it."""
+    child = textwrap.dedent(
+        """
+        import time
+        from gpuwise import instrument
+        for _ in range(400):  # 1 ms steps: the last few are still owed when training ends
+            time.sleep(0.001)
+            instrument.step_end(samples=8)
+        time.sleep(3.0)
+        """
+    )
+    result = gpuwise_run("--report", str(short_tmp / "r.json"), "--", sys.executable, "-c", child)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((short_tmp / "r.json").read_text())
+    assert report["steps"] == 400
+    assert report["per_step"][-1]["t"] < 2.5, "the last step is stamped when it ended, not at the exit"
+    assert report["breakdown"]["steps_per_second"] > 200, report["breakdown"]

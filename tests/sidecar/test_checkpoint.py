@@ -86,7 +86,7 @@ def test_an_ack_round_trips_and_is_told_from_a_step_event() -> None:
     ack = wire.CheckpointAck(4242, 1, 9, "adjustconfig-7f3a", "/ckpt/step-00000400.pt")
     data = wire.encode_ack(ack)
     assert wire.parse(data) == ack
-    step = wire.StepEvent(1, 0, 0, 1, 32, 0.5, 0.2, 0.5, 2, 32, -1, -1, 0)
+    step = wire.StepEvent(1, 0, 0, 1, 32, 0.5, 0.2, 0.5, 2, 32, -1, -1, 0, 1_795_000_000.0)
     assert wire.parse(wire.encode(step)) == step
     assert len(data) <= wire.MAX_SIZE
 

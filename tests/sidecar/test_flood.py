@@ -25,7 +25,7 @@ def mix(start: int, count: int) -> list[bytes]:
         kind = n % 10
         if kind < 5:
             rank = n % RANKS
-            event = wire.StepEvent(1000 + rank, rank, 0, n, 0, n * 0.01, 0.0, 0.01, 0, 0, -1, -1, 0)
+            event = wire.StepEvent(1000 + rank, rank, 0, n, 0, n * 0.01, 0.0, 0.01, 0, 0, -1, -1, 0, time.time())
             datagrams.append(wire.encode(event))
         elif kind == 5:
             datagrams.append(os.urandom(wire.SIZE))  # the right size, garbage inside
@@ -34,7 +34,7 @@ def mix(start: int, count: int) -> list[bytes]:
         elif kind == 7:
             datagrams.append(b"GW\x01\x01" + bytes(4092))  # longer than any datagram: arrives truncated
         elif kind == 8:
-            bad = wire.StepEvent(7, 0, 0, n, 0, math.nan, 0.0, 0.01, 0, 0, -1, -1, 0)
+            bad = wire.StepEvent(7, 0, 0, n, 0, math.nan, 0.0, 0.01, 0, 0, -1, -1, 0, time.time())
             datagrams.append(wire.encode(bad))
         else:
             datagrams.append(wire.encode_ack(wire.CheckpointAck(7, 0, 0, f"request-{n}", "/ckpt/x.pt")))

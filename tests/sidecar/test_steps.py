@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,9 @@ def totals(
     wait = steps * 0.04 if wait is None else wait
     flags = wire.SAMPLES_KNOWN | wire.PIN_MEMORY_KNOWN | wire.AUTOCAST_KNOWN | wire.AUTOCAST_ON
     return wire.encode(
-        wire.StepEvent(pid, rank, flags, steps, steps * 32, seconds, wait, last, 4, 32, 1 << 30, 2 << 30, dropped)
+        wire.StepEvent(
+            pid, rank, flags, steps, steps * 32, seconds, wait, last, 4, 32, 1 << 30, 2 << 30, dropped, time.time()
+        )
     )
 
 
@@ -134,3 +137,19 @@ def test_a_socket_path_that_cannot_work_is_a_clear_error(short_tmp: Path) -> Non
     with pytest.raises(SocketPathError, match="longer than 107 bytes"):
         receiving.bind(short_tmp / ("x" * 120))
     assert regular.read_text() == "not a socket", "never deleted"
+
+
+def test_a_step_is_timed_when_it_ended_not_when_its_datagram_arrived() -> None:
+    """The totals owed at exit arrive after the DataLoader's workers shut down: 50 s late, say."""
+    book = StepBook()
+    fields = (1, 0, 0, 10, 320, 1.0, 0.1, 0.1, 4, 32, -1, -1, 0)
+    delta = book.record(wire.StepEvent(*fields, 1_795_000_000.0), now=1_795_000_050.0)
+    assert delta is not None and delta.ended_at == 1_795_000_000.0
+    assert book.processes()[0].last_step_at == 1_795_000_000.0
+    # A version 1 sender says nothing: arrival it is. A clock ahead of the sidecar's is not believed.
+    old = book.record(wire.StepEvent(1, 0, 0, 11, 352, 1.1, 0.1, 0.1, 4, 32, -1, -1, 0), now=1_795_000_060.0)
+    assert old is not None and old.ended_at == 1_795_000_060.0
+    ahead = book.record(
+        wire.StepEvent(1, 0, 0, 12, 384, 1.2, 0.1, 0.1, 4, 32, -1, -1, 0, 1_795_009_999.0), 1_795_000_070.0
+    )
+    assert ahead is not None and ahead.ended_at == 1_795_000_070.0

@@ -47,6 +47,7 @@ class Tracker:
         "_autocast_seen",
         "_carried",
         "_clock",
+        "_ended_at",
         "_explicit_samples",
         "_last_end",
         "_owed",
@@ -64,6 +65,7 @@ class Tracker:
         "_since",
         "_started",
         "_unsent",
+        "_wall_clock",
         "autocast_known",
         "autocast_probe",
         "batch_size",
@@ -89,10 +91,13 @@ class Tracker:
         rank: int = 0,
         clock: Callable[[], float] = time.perf_counter,
         send_interval: float = SEND_INTERVAL,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._sender = sender
         self._rank = rank
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._ended_at = wall_clock()  # the unix time the latest folded step ended
         self._send_interval = send_interval
         self.pid = os.getpid()
         # Unfolded step time runs from `_since` to `_last_end`, plus `_carried` from before a pause.
@@ -216,6 +221,8 @@ class Tracker:
         seconds = self._carried + max(end - self._since, 0.0)
         wait = min(self._pending_wait, seconds)
         self.steps += self._unsent
+        # The loop's clock is monotonic; the sidecar's is the wall clock: when the step ended, in its terms.
+        self._ended_at = self._wall_clock() - (self._clock() - end)
         self.step_seconds += seconds
         self.wait_seconds += wait
         self.last_step_seconds = end - max(self._previous_end, self._since)
@@ -262,6 +269,7 @@ class Tracker:
             self.cuda_allocated_peak,
             self.cuda_reserved_peak,
             self._sender.dropped & 0xFFFFFFFF,
+            self._ended_at,
         )
 
     def _probe_memory(self) -> None:

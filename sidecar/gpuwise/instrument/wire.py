@@ -1,4 +1,4 @@
-"""The datagrams a training process sends the sidecar: step events (80 bytes) and checkpoint acks.
+"""The datagrams a training process sends the sidecar: step events (88 bytes) and checkpoint acks.
 
 Why running totals and not one event per step: the socket is a unix *datagram* socket whose
 queue is short (`net.unix.max_dgram_qlen`, often 10) and the sender must never block, so a burst
@@ -9,7 +9,10 @@ datagram costs resolution (the histogram), never a step from the counters.
 Why a fixed binary layout and not JSON: packing a precompiled `struct` costs well under a
 microsecond; encoding JSON costs several, and the whole per-step budget is 20 µs.
 Unknown integers are -1 (never a fake 0); a version byte lets the layout evolve, and a kind
-byte tells the two datagrams apart.
+byte tells the two datagrams apart. Version 2 adds the unix time the latest step ended: a
+datagram can leave long after its step (the totals owed at exit wait for DataLoader workers to
+shut down), and the sidecar must not stamp a step with the time its datagram arrived. Version 1
+datagrams (80 bytes, no end time) are still read; their steps are timed on arrival.
 
 A checkpoint acknowledgement is rare (once per request of the operator) and says which request
 it answers, so it carries text: a fixed header, then the request id and the checkpoint's path.
@@ -27,7 +30,7 @@ import struct
 from typing import Final, NamedTuple
 
 MAGIC: Final = b"GW"
-VERSION: Final = 1
+VERSION: Final = 2
 KIND_STEP: Final = 1
 KIND_CHECKPOINT_ACK: Final = 2
 UNKNOWN: Final = -1
@@ -40,9 +43,11 @@ PIN_MEMORY_ON: Final = 1 << 3
 SAMPLES_KNOWN: Final = 1 << 4
 
 # magic, version, kind, pid, local rank, flags, steps, samples, step s, wait s, last step s,
-# num_workers, batch_size, cuda allocated peak, cuda reserved peak, dropped datagrams.
-LAYOUT: Final = struct.Struct("<2sBBIHHQQdddiiqqI")
+# num_workers, batch_size, cuda allocated peak, cuda reserved peak, dropped datagrams, and (from
+# version 2) the unix time the latest step ended.
+LAYOUT: Final = struct.Struct("<2sBBIHHQQdddiiqqId")
 SIZE: Final = LAYOUT.size
+LAYOUT_V1: Final = struct.Struct("<2sBBIHHQQdddiiqqI")
 # pack(pid, rank, flags, steps, ...) -> bytes: the header is bound once, the hot path packs the rest.
 pack: Final = functools.partial(LAYOUT.pack, MAGIC, VERSION, KIND_STEP)
 
@@ -63,6 +68,7 @@ class StepEvent(NamedTuple):
     cuda_allocated_peak: int
     cuda_reserved_peak: int
     dropped: int
+    ended_at: float = math.nan  # unix time the latest step ended; NaN: a version 1 sender did not say
 
 
 # magic, version, kind, pid, local rank, global rank (RANK, -1 unknown), request id bytes, path bytes.
@@ -115,12 +121,15 @@ def encode(event: StepEvent) -> bytes:
 
 def decode(data: bytes) -> StepEvent:
     """Parse and sanity-check one datagram; raise MalformedEvent rather than trust it."""
-    if len(data) != SIZE:
+    layout, expected = (LAYOUT, VERSION) if len(data) == SIZE else (LAYOUT_V1, 1)
+    if len(data) != layout.size:
         raise MalformedEvent(f"{len(data)} bytes, expected {SIZE}")
-    magic, version, kind, *fields = LAYOUT.unpack(data)
-    if magic != MAGIC or version != VERSION or kind != KIND_STEP:
+    magic, version, kind, *fields = layout.unpack(data)
+    if magic != MAGIC or version != expected or kind != KIND_STEP:
         raise MalformedEvent(f"unknown header {magic!r} v{version} kind {kind}")
     event = StepEvent(*fields)
+    if expected == VERSION and not (math.isfinite(event.ended_at) and event.ended_at > 0):
+        raise MalformedEvent("the step's end must be a unix time")
     durations = (event.step_seconds, event.wait_seconds, event.last_step_seconds)
     if not all(math.isfinite(value) and value >= 0.0 for value in durations):
         raise MalformedEvent("durations must be finite and non-negative")
@@ -134,7 +143,7 @@ def decode_ack(data: bytes) -> CheckpointAck:
     if len(data) < ACK_HEADER.size:
         raise MalformedEvent(f"{len(data)} bytes, shorter than an ack's header")
     magic, version, kind, pid, local_rank, rank, id_length, path_length = ACK_HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION or kind != KIND_CHECKPOINT_ACK:
+    if magic != MAGIC or version not in (1, VERSION) or kind != KIND_CHECKPOINT_ACK:
         raise MalformedEvent(f"unknown header {magic!r} v{version} kind {kind}")
     if len(data) != ACK_HEADER.size + id_length + path_length or path_length > MAX_PATH_BYTES:
         raise MalformedEvent(f"{len(data)} bytes do not match the lengths the header gives")

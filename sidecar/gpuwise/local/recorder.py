@@ -27,7 +27,7 @@ MAX_TRACE: Final = 50_000
 class StepRecord:
     """One step event's increment. `count` > 1 when datagrams were lost in between."""
 
-    t: float  # seconds since the run started, when the sidecar received it
+    t: float  # seconds since the run started, when its last step ended
     rank: int
     step: int  # the rank's step count after this record
     count: int
@@ -96,9 +96,12 @@ class Summary:
 
 
 class Recorder:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time
+    ) -> None:
         self._clock = clock
         self.started = clock()
+        self._started_at = wall_clock()  # the same moment in unix time, which step events carry
         self._lock = threading.Lock()
         self._steps: list[StepRecord] = []
         self._trace: list[dict[str, Any]] = []
@@ -107,8 +110,9 @@ class Recorder:
         self.truncated = False
 
     def on_step(self, delta: StepDelta) -> None:
-        """Called from the sidecar's receiver thread."""
-        t = self._clock() - self.started
+        """Called from the sidecar's receiver thread. A step is timed when it ended, not when its
+        datagram arrived: the totals owed at exit can arrive long after the last step."""
+        t = delta.ended_at - self._started_at
         with self._lock:
             step = self._counts[delta.rank] = self._counts.get(delta.rank, 0) + delta.steps
             if len(self._steps) >= MAX_STEPS:

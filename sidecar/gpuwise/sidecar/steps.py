@@ -9,6 +9,7 @@ bounded: at most `MAX_PROCESSES` ranks, a fixed histogram and a one-second-bucke
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ class StepDelta:
     wait_seconds: float
     samples: int | None
     last_step_seconds: float
+    ended_at: float  # unix time its last step ended, as the trainer said (arrival, from a version 1 sender)
 
 
 @dataclass(slots=True)
@@ -81,7 +83,7 @@ class StepBook:
         self._processes: dict[int, ProcessSteps] = {}
 
     def record(self, event: StepEvent, now: float) -> StepDelta | None:
-        """Add an event received at unix time `now`.
+        """Add an event received at unix time `now`; its steps are timed when they ended, if it says.
 
         Return what it added (None when it added nothing); raise OverflowError when the rank is
         new and the book already holds `MAX_PROCESSES`.
@@ -119,19 +121,21 @@ def _apply(process: ProcessSteps, event: StepEvent, now: float) -> StepDelta | N
     process.steps += steps
     process.step_seconds += seconds
     process.wait_seconds += wait
-    process.last_step_at = now
+    # When the step ended, never later than its datagram arrived (a clock the sidecar does not share).
+    ended = min(event.ended_at, now) if math.isfinite(event.ended_at) else now
+    process.last_step_at = ended
     # The last step is known exactly; steps whose datagrams were lost share the rest evenly.
     process.bucket_counts[bisect.bisect_left(BOUNDS, event.last_step_seconds)] += 1
     if steps > 1:
         average = max(seconds - event.last_step_seconds, 0.0) / (steps - 1)
         process.bucket_counts[bisect.bisect_left(BOUNDS, average)] += steps - 1
-    second = float(int(now))
+    second = float(int(ended))
     if process.recent and process.recent[-1][0] == second:
         process.recent[-1][1] += seconds
         process.recent[-1][2] += wait
     else:
         process.recent.append([second, seconds, wait])
-    return StepDelta(event.rank, steps, seconds, wait, samples, event.last_step_seconds)
+    return StepDelta(event.rank, steps, seconds, wait, samples, event.last_step_seconds, ended)
 
 
 def _configure(process: ProcessSteps, event: StepEvent) -> None:
