@@ -7,8 +7,11 @@ import dataclasses
 from gpuwise.diagnose.window import JobWindow
 from gpuwise.local import diagnosis
 from gpuwise.local.recorder import Recorder
+from gpuwise.metrics import catalog
+from gpuwise.sidecar.backend import Device, Sample, SampleBuilder
 from gpuwise.sidecar.sampler import Sampler
 from gpuwise.sidecar.simulated import H100, SimulatedBackend
+from gpuwise.sidecar.steps import StepDelta
 
 
 def window_of(backend: SimulatedBackend) -> JobWindow:
@@ -33,3 +36,39 @@ def test_without_the_series_the_model_name_serves() -> None:
         name: value for name, value in original(activity).items() if name != "gpuwise_gpu_compute_capability"
     }
     assert window_of(backend).compute_capability == (9, 0)
+
+
+class Scripted:
+    """One GPU whose utilization the test sets before each sample."""
+
+    name, scenario, simulated = "simulated", "scripted", True
+
+    def __init__(self) -> None:
+        self.util = 0.0
+        self.device = Device(0, "GPU-0", "00000000:18:00.0", "Test GPU")
+
+    def sample(self) -> Sample:
+        builder = SampleBuilder()
+        builder.add(catalog.GPU_UTIL, self.device, self.util)
+        return builder.build()
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_summary_judges_the_training_not_the_set_up_before_it() -> None:
+    """9 s of model set-up at 0 %, then 10 s of training at 100 %: the GPU was busy all the training."""
+    now = [0.0]
+    recorder = Recorder(clock=lambda: now[0], wall_clock=lambda: 1_795_000_000.0 + now[0])
+    backend = Scripted()
+    sampler = Sampler(backend, 1.0, on_sample=recorder.on_sample)
+    for second in range(20):
+        now[0] = float(second)
+        backend.util = 0.0 if second < 9 else 100.0
+        sampler.sample_once()
+        if second >= 10:  # one 1 s step ending each second from 10 s: training runs from 9 s
+            recorder.on_step(StepDelta(0, 1, 1.0, 0.0, None, 1.0, 1_795_000_000.0 + second))
+    summary = recorder.summary([])
+    assert summary.gpus[0]["mean_util"] == 100.0
+    assert summary.span_seconds == 10.0
+    assert diagnosis.window(recorder, summary, [], 1.0).gpu_utilization == [100.0] * 11

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuwise.diagnose.window import JobWindow, slowdown_bits
 from gpuwise.hardware.compute_capability import capability
-from gpuwise.local.recorder import Recorder, Summary
+from gpuwise.local.recorder import Recorder, Summary, training_span
 from gpuwise.metrics import catalog
 from gpuwise.sidecar.steps import ProcessSteps
 
@@ -71,8 +71,7 @@ def findings(
 def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], interval: float) -> JobWindow:
     steps = recorder.steps()
     elapsed = recorder.elapsed()
-    start = steps[0].t - steps[0].seconds / steps[0].count if steps else 0.0
-    end = steps[-1].t if steps else elapsed
+    start, end = training_span(steps) or (0.0, elapsed)
     utilization: defaultdict[float, list[float]] = defaultdict(list)
     sm_active: defaultdict[float, list[float]] = defaultdict(list)  # the busiest GPU at each time
     slowdowns: defaultdict[float, list[int]] = defaultdict(list)  # the most throttled GPU at each time

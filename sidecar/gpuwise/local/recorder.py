@@ -95,6 +95,14 @@ class Summary:
         return lines
 
 
+def training_span(steps: list[StepRecord]) -> tuple[float, float] | None:
+    """From the first step's start to the last step's end, in seconds since the run started: the
+    part of a run that is judged and summarised (model set-up and shutdown are not training)."""
+    if not steps:
+        return None
+    return steps[0].t - steps[0].seconds / steps[0].count, steps[-1].t
+
+
 class Recorder:
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time
@@ -160,7 +168,8 @@ class Recorder:
         steps = self.steps()
         known = [p.samples for p in processes if p.samples is not None]
         latest = max(processes, key=lambda p: p.last_step_at, default=None)
-        span = steps[-1].t - steps[0].t + steps[0].seconds / steps[0].count if steps else None
+        bounds = training_span(steps)
+        span = bounds[1] - bounds[0] if bounds else None
         return Summary(
             steps=sum(p.steps for p in processes),
             samples=sum(known) if known else None,
@@ -175,13 +184,17 @@ class Recorder:
                 "batch_size": latest.batch_size if latest else None,
                 "autocast": latest.autocast if latest else None,
             },
-            gpus=self._gpus(self.trace()),
+            gpus=self._gpus(self.trace(), training_span(steps)),
         )
 
-    def _gpus(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _gpus(self, records: list[dict[str, Any]], span: tuple[float, float] | None) -> list[dict[str, Any]]:
+        """Each GPU's figures over the training span (the whole run where no step was seen); a GPU
+        sampled only outside it is listed with no figures."""
         per_gpu: dict[int, list[dict[str, float]]] = {}
         for record in records:
-            per_gpu.setdefault(record["gpu"], []).append(record["values"])
+            values = per_gpu.setdefault(record["gpu"], [])
+            if span is None or span[0] <= record["t"] <= span[1]:
+                values.append(record["values"])
         summaries = []
         for gpu, values in sorted(per_gpu.items()):
             utils = [v[catalog.GPU_UTIL.name] for v in values if catalog.GPU_UTIL.name in v]
