@@ -11,7 +11,7 @@ from gpuwise.metrics import catalog
 from gpuwise.sidecar.backend import Device, Sample, SampleBuilder
 from gpuwise.sidecar.sampler import Sampler
 from gpuwise.sidecar.simulated import H100, SimulatedBackend
-from gpuwise.sidecar.steps import StepDelta
+from gpuwise.sidecar.steps import ProcessSteps, StepDelta
 
 
 def window_of(backend: SimulatedBackend) -> JobWindow:
@@ -71,4 +71,49 @@ def test_the_summary_judges_the_training_not_the_set_up_before_it() -> None:
     summary = recorder.summary([])
     assert summary.gpus[0]["mean_util"] == 100.0
     assert summary.span_seconds == 10.0
-    assert diagnosis.window(recorder, summary, [], 1.0).gpu_utilization == [100.0] * 11
+    assert set(diagnosis.window(recorder, summary, [], 1.0).gpu_utilization) == {100.0}
+
+
+def recorded(steps: int, seconds: float, *, wait: float, util: float, warm_up_wait: float | None = None) -> Recorder:
+    """`steps` steps spread over `seconds`, reported ten at a time, and a GPU sampled every second."""
+    now = [0.0]
+    recorder = Recorder(clock=lambda: now[0], wall_clock=lambda: 1_795_000_000.0 + now[0])
+    backend = Scripted()
+    backend.util = util
+    sampler = Sampler(backend, 1.0, on_sample=recorder.on_sample)
+    step = seconds / steps
+    for first in range(0, steps, 10):
+        ended = (first + 10) * step
+        while now[0] + 1.0 <= ended:
+            now[0] += 1.0
+            sampler.sample_once()
+        share = warm_up_wait if warm_up_wait is not None and first < 10 else wait
+        recorder.on_step(StepDelta(0, 10, 10 * step, 10 * step * share, 320, step, 1_795_000_000.0 + ended))
+    return recorder
+
+
+def judge(recorder: Recorder) -> tuple[str | None, list[str]]:
+    processes = [ProcessSteps(0, steps=sum(r.count for r in recorder.steps()), batch_size=32, num_workers=0)]
+    summary = recorder.summary(processes)
+    reason = diagnosis.not_judged(recorder, summary)
+    return reason, [f["kind"] for f in diagnosis.findings(recorder, summary, processes, 1.0)]
+
+
+def test_a_short_run_with_many_steps_has_evidence() -> None:
+    reason, kinds = judge(recorded(3_000, 30.0, wait=0.8, util=20.0))
+    assert reason is None
+    assert "InputBound" in kinds
+
+
+def test_too_few_steps_or_samples_are_not_judged_and_say_so() -> None:
+    reason, _ = judge(recorded(40, 60.0, wait=0.8, util=20.0))
+    assert reason is not None and reason.startswith("Too short to judge: 40 steps")
+    reason, _ = judge(recorded(200, 3.0, wait=0.8, util=20.0))
+    assert reason is not None and "samples while the steps ran" in reason
+
+
+def test_the_warm_up_steps_are_not_judged() -> None:
+    """A first batch that takes long to prefetch is not an input-bound job."""
+    recorder = recorded(3_000, 30.0, wait=0.02, util=20.0, warm_up_wait=0.95)
+    waits = diagnosis.window(recorder, recorder.summary([]), [], 1.0).data_wait_fraction
+    assert waits and max(waits) < 0.1

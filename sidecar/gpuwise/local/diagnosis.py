@@ -14,7 +14,7 @@ import datetime
 import os
 import statistics
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from gpuwise.diagnose.window import JobWindow, slowdown_bits
 from gpuwise.hardware.compute_capability import capability
@@ -26,6 +26,47 @@ if TYPE_CHECKING:
     from gpuwise.api.trainingjob import Recommendation
 
 MIB = 1024 * 1024
+# gpuwise run's grace is counted in steps and samples, not wall time: a 30 s run of 3,000 steps
+# has evidence, a minute of 20 steps has little. The first steps (compilation, allocator and
+# autotuner warm-up, the first batches' prefetch) are not judged.
+WARM_UP_STEPS: Final = 10
+MIN_JUDGED_STEPS: Final = 50
+MIN_GPU_SAMPLES: Final = 5
+
+
+def judged_span(recorder: Recorder) -> tuple[float, float] | None:
+    """The span the engine judges: from the end of the warm-up steps to the last step's end."""
+    steps = recorder.steps()
+    span = training_span(steps)
+    if span is None:
+        return None
+    counted = 0
+    for record in steps:
+        counted += record.count
+        if counted >= WARM_UP_STEPS:
+            return record.t, span[1]
+    return span
+
+
+def not_judged(recorder: Recorder, summary: Summary) -> str | None:
+    """Why the run is too short to judge, or None: too few steps past the warm-up, or too few GPU
+    samples while they ran (where there is a GPU to sample)."""
+    judged = summary.steps - WARM_UP_STEPS
+    if judged < MIN_JUDGED_STEPS:
+        return (
+            f"Too short to judge: {summary.steps} steps, and the engine needs {MIN_JUDGED_STEPS} after the first "
+            f"{WARM_UP_STEPS} (warm-up). Run more steps."
+        )
+    span = judged_span(recorder)
+    trace = recorder.trace()
+    if trace and span is not None:
+        samples = len({record["t"] for record in trace if span[0] <= record["t"] <= span[1]})
+        if samples < MIN_GPU_SAMPLES:
+            return (
+                f"Too short to judge the GPU: {samples} samples while the steps ran, and the engine needs "
+                f"{MIN_GPU_SAMPLES}. Run longer, or sample more often (--interval)."
+            )
+    return None
 
 
 def findings(
@@ -71,7 +112,8 @@ def findings(
 def window(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], interval: float) -> JobWindow:
     steps = recorder.steps()
     elapsed = recorder.elapsed()
-    start, end = training_span(steps) or (0.0, elapsed)
+    start, end = judged_span(recorder) or (0.0, elapsed)
+    steps = [record for record in steps if record.t > start] or steps[-1:]
     utilization: defaultdict[float, list[float]] = defaultdict(list)
     sm_active: defaultdict[float, list[float]] = defaultdict(list)  # the busiest GPU at each time
     slowdowns: defaultdict[float, list[int]] = defaultdict(list)  # the most throttled GPU at each time

@@ -37,6 +37,7 @@ class Run:
     trace: list[dict[str, Any]]
     truncated: bool
     diagnosis: list[dict[str, Any]]  # the efficiency engine's findings, see gpuwise.local.diagnosis
+    not_judged: str | None = None  # why the engine did not judge the run (too short), if it did not
 
 
 def write(path: Path, run: Run) -> None:
@@ -71,8 +72,9 @@ def to_json(run: Run) -> dict[str, Any]:
         },
         "setup": s.setup,
         "gpus": s.gpus,
-        "findings": s.findings() + [finding["message"] for finding in run.diagnosis],
+        "findings": s.findings() + ([run.not_judged] if run.not_judged else []) + [f["message"] for f in run.diagnosis],
         "diagnosis": run.diagnosis,
+        "not_judged": run.not_judged,
         "per_step": [
             {
                 "t": round(r.t, 4),

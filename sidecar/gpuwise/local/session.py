@@ -79,8 +79,9 @@ def _run(
         sidecar.stop()
     processes = sidecar.book.processes()
     summary = recorder.summary(processes)
-    found = diagnosis.findings(recorder, summary, processes, args.interval)
-    console.print(_summary_table(summary, found))
+    reason = diagnosis.not_judged(recorder, summary)
+    found = [] if reason else diagnosis.findings(recorder, summary, processes, args.interval)
+    console.print(_summary_table(summary, found, reason))
     if args.report:
         run = report.Run(
             command=command,
@@ -95,6 +96,7 @@ def _run(
             trace=recorder.trace(),
             truncated=recorder.truncated,
             diagnosis=found,
+            not_judged=reason,
         )
         for path in args.report:
             report.write(path, run)
@@ -175,7 +177,7 @@ def _drain(sidecar: Sidecar, quiet: float = 0.3, limit: float = 3.0) -> None:
         time.sleep(quiet)
 
 
-def _summary_table(summary: Summary, found: list[dict[str, Any]]) -> Table:
+def _summary_table(summary: Summary, found: list[dict[str, Any]], not_judged: str | None) -> Table:
     table = Table(title="gpuwise run: summary", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -190,6 +192,8 @@ def _summary_table(summary: Summary, found: list[dict[str, Any]]) -> Table:
         table.add_row(name, value)
     for line in summary.findings():
         table.add_row("", line)
+    if not_judged:
+        table.add_row("", not_judged)
     for finding in found:
         table.add_row(finding["kind"], finding["message"])
         if finding["recommendation"]:
