@@ -75,20 +75,24 @@ def test_the_summary_judges_the_training_not_the_set_up_before_it() -> None:
 
 
 def recorded(steps: int, seconds: float, *, wait: float, util: float, warm_up_wait: float | None = None) -> Recorder:
-    """`steps` steps spread over `seconds`, reported ten at a time, and a GPU sampled every second."""
+    """`steps` steps spread over `seconds`, reported as the tracker does (at most every 10 ms, so
+    fast steps ten to a datagram), and a GPU sampled every second."""
     now = [0.0]
     recorder = Recorder(clock=lambda: now[0], wall_clock=lambda: 1_795_000_000.0 + now[0])
     backend = Scripted()
     backend.util = util
     sampler = Sampler(backend, 1.0, on_sample=recorder.on_sample)
     step = seconds / steps
-    for first in range(0, steps, 10):
-        ended = (first + 10) * step
+    chunk = 10 if step < 0.01 else 1
+    for first in range(0, steps, chunk):
+        ended = (first + chunk) * step
         while now[0] + 1.0 <= ended:
             now[0] += 1.0
             sampler.sample_once()
-        share = warm_up_wait if warm_up_wait is not None and first < 10 else wait
-        recorder.on_step(StepDelta(0, 10, 10 * step, 10 * step * share, 320, step, 1_795_000_000.0 + ended))
+        share = warm_up_wait if warm_up_wait is not None and first < 5 else wait
+        recorder.on_step(
+            StepDelta(0, chunk, chunk * step, chunk * step * share, 32 * chunk, step, 1_795_000_000.0 + ended)
+        )
     return recorder
 
 
@@ -106,8 +110,10 @@ def test_a_short_run_with_many_steps_has_evidence() -> None:
 
 
 def test_too_few_steps_or_samples_are_not_judged_and_say_so() -> None:
-    reason, _ = judge(recorded(40, 60.0, wait=0.8, util=20.0))
-    assert reason is not None and reason.startswith("Too short to judge: 40 steps")
+    reason, _ = judge(recorded(20, 60.0, wait=0.8, util=20.0))
+    assert reason is not None and reason.startswith("Too short to judge: 20 steps")
+    reason, kinds = judge(recorded(50, 15.0, wait=0.9, util=1.0))
+    assert reason is None and "InputBound" in kinds, "a slow, starved job's 15 s is evidence enough"
     reason, _ = judge(recorded(200, 3.0, wait=0.8, util=20.0))
     assert reason is not None and "samples while the steps ran" in reason
 

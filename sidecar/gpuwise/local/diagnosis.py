@@ -27,10 +27,11 @@ if TYPE_CHECKING:
 
 MIB = 1024 * 1024
 # gpuwise run's grace is counted in steps and samples, not wall time: a 30 s run of 3,000 steps
-# has evidence, a minute of 20 steps has little. The first steps (compilation, allocator and
-# autotuner warm-up, the first batches' prefetch) are not judged.
-WARM_UP_STEPS: Final = 10
-MIN_JUDGED_STEPS: Final = 50
+# has evidence, and so has a slow job's 15 s of 50 steps (measured on an H200, bench.gpu_recommendations:
+# 15 s of a starved conv net is 53 steps); a minute of 15 steps has little. The first steps
+# (compilation, allocator and autotuner warm-up, the first batch's prefetch) are not judged.
+WARM_UP_STEPS: Final = 5
+MIN_JUDGED_STEPS: Final = 20
 MIN_GPU_SAMPLES: Final = 5
 
 
