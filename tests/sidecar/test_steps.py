@@ -153,3 +153,22 @@ def test_a_step_is_timed_when_it_ended_not_when_its_datagram_arrived() -> None:
         wire.StepEvent(1, 0, 0, 12, 384, 1.2, 0.1, 0.1, 4, 32, -1, -1, 0, 1_795_009_999.0), 1_795_000_070.0
     )
     assert ahead is not None and ahead.ended_at == 1_795_000_070.0
+
+
+def test_processes_sharing_a_rank_count_each_step_once(receiver: Receiver) -> None:
+    """mp.spawn without torchrun: two processes both report LOCAL_RANK 0. 600 real steps are 600."""
+    for step in range(1, 301):
+        receiver.handle(totals(step, pid=20), NOW + step * 0.01)
+        receiver.handle(totals(step, pid=21), NOW + step * 0.01)
+    (process,) = receiver.book.processes()
+    assert process.steps == 600
+    assert process.step_seconds == pytest.approx(60.0)
+
+
+def test_a_forgotten_pid_is_bounded_and_a_restart_still_counts(receiver: Receiver) -> None:
+    for pid in range(100, 100 + 40):  # more processes on one rank than are remembered
+        receiver.handle(totals(1, pid=pid), NOW)
+    (process,) = receiver.book.processes()
+    assert process.steps == 40
+    receiver.handle(totals(2, pid=139), NOW + 1)  # still remembered: one step more
+    assert receiver.book.processes()[0].steps == 41

@@ -20,6 +20,10 @@ from gpuwise.instrument.wire import StepEvent
 from gpuwise.metrics import RATIO_WINDOW_SECONDS, catalog
 
 MAX_PROCESSES: Final = 64
+# Processes remembered per rank. Several can share one (multiprocessing, or mp.spawn without
+# torchrun, where every LOCAL_RANK is 0): each pid's totals are its own, and a datagram adds what
+# changed since that pid's previous one. A pid forgotten and heard again counts as a new process.
+PIDS_PER_RANK: Final = 32
 BOUNDS: Final = catalog.STEP_DURATION.buckets
 
 
@@ -58,6 +62,8 @@ class ProcessSteps:
     # (whole second, step seconds, wait seconds) buckets for the recent data-wait ratio.
     recent: deque[list[float]] = field(default_factory=lambda: deque(maxlen=int(RATIO_WINDOW_SECONDS) + 1))
     last: StepEvent | None = None
+    # Each pid's latest event, the least recently heard first (see PIDS_PER_RANK).
+    latest: dict[int, StepEvent] = field(default_factory=dict)
 
     def wait_ratio(self, now: float) -> float | None:
         since = now - RATIO_WINDOW_SECONDS
@@ -74,6 +80,7 @@ class ProcessSteps:
             bucket_counts=list(self.bucket_counts),
             recent=deque(self.recent, self.recent.maxlen),
             last=None,
+            latest={},
         )
 
 
@@ -102,9 +109,12 @@ class StepBook:
 
 
 def _apply(process: ProcessSteps, event: StepEvent, now: float) -> StepDelta | None:
-    previous = process.last if process.pid == event.pid else None
+    previous = process.latest.pop(event.pid, None)
     if previous is not None and event.steps < previous.steps:
         previous = None  # the counts went backwards: a new process that reused the pid
+    process.latest[event.pid] = event  # heard last: evicted last
+    if len(process.latest) > PIDS_PER_RANK:
+        del process.latest[next(iter(process.latest))]
     process.pid, process.last = event.pid, event
     _configure(process, event)
     steps = event.steps - (previous.steps if previous else 0)
