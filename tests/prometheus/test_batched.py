@@ -185,3 +185,15 @@ def test_compute_capability_by_model_name() -> None:
     assert compute_capability("Quadro RTX 6000") is None  # not listed: unknown, not guessed
     assert compute_capability("NVIDIA L4") == (8, 9)
     assert compute_capability(None) is None
+
+
+def test_a_fact_prometheus_answers_as_nan_or_infinite_is_absent() -> None:
+    """A division by zero in PromQL, a sidecar that summed garbage: not a measurement, never a figure."""
+    from gpuwise.prometheus.labels import LabelSets
+
+    def pair(job: str, value: bytes) -> tuple[bytes, bytes]:
+        return b'{"namespace":"ml","trainingjob":"' + job.encode() + b'"}', value
+
+    answer = [pair("a", b"NaN"), pair("b", b"+Inf"), pair("c", b"-Inf"), pair("d", b"42.5")]
+    assert source._facts("memory_used_mib", answer, LabelSets()) == {("ml", "d"): 42.5}
+    assert source._facts("memory_used_mib", [pair("d", b"42.5")], LabelSets()) == {("ml", "d"): 42.5}

@@ -296,7 +296,8 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
     advice = "Raise the batch size; declare spec.efficiency.tunables.batchSize so gpuwise can compute it."
     if model is not None and tunable is not None:
         fixed, per_sample = model
-        fits = int((t.safe_memory_fraction * w.memory_total_mib - fixed) / per_sample)
+        room = (t.safe_memory_fraction * w.memory_total_mib - fixed) / per_sample
+        fits = int(room) if math.isfinite(room) else 0  # a memory size that is no number fits nothing
         keep = ctx.tunables.keep_global_batch_size
         chosen = larger_batch(
             w.batch_size,

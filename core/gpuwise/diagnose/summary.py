@@ -6,6 +6,7 @@ worth writing, and the CLI's report say the same numbers.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from gpuwise.api.trainingjob import EfficiencySummary
@@ -30,11 +31,13 @@ def figures(window: JobWindow) -> Figures:
         _clamped(window.mean(window.gpu_utilization), 100.0, 1),
         _clamped(window.sm_activity, 1.0, 3),
         _clamped(window.mean(window.data_wait_fraction), 1.0, 3),
-        _clamped(1 - used / total, 1.0, 3) if used is not None and total else None,
+        _clamped(1 - used / total, 1.0, 3) if used is not None and total and math.isfinite(total) else None,
     )
 
 
 def _clamped(value: float | None, top: float, digits: int) -> float | None:
-    if value is None:
+    """The figure as shown, within 0 and `top`; None where it is not a number (NaN, an infinity):
+    a figure made of garbage is not measured, and never shown as 0 or `top`."""
+    if value is None or not math.isfinite(value):
         return None
     return round(0.0 if value < 0.0 else top if value > top else value, digits)

@@ -15,6 +15,7 @@ last few steps and join them to what the previous round read (`fetch(previous=)`
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
@@ -128,7 +129,12 @@ def _facts(name: str, samples: Sequence[answers.Pair], labels: LabelSets) -> dic
     # Each distinct value parsed once, one float object for all the jobs with it: most facts take
     # a few values across a fleet (batch sizes, worker counts, flags), and 10,000 floats are 240 kB.
     parsed = {text: float(text) for text in set(values)}
-    return dict(zip([key for key, _, _ in said], map(parsed.__getitem__, values), strict=True))
+    keys = [key for key, _, _ in said]
+    if all(map(math.isfinite, parsed.values())):
+        return dict(zip(keys, map(parsed.__getitem__, values), strict=True))
+    # Prometheus writes NaN and infinities as such ("NaN", "+Inf"): not a measurement, so absent.
+    numbers = zip(keys, map(parsed.__getitem__, values), strict=True)
+    return {key: number for key, number in numbers if math.isfinite(number)}
 
 
 def _by_job(

@@ -34,6 +34,9 @@ VERSION: Final = 2
 KIND_STEP: Final = 1
 KIND_CHECKPOINT_ACK: Final = 2
 UNKNOWN: Final = -1
+# The longest running total of seconds an event may carry (31 years): finite, and far enough from
+# the largest double that the sidecar's sums of them can never become infinite.
+MAX_SECONDS: Final = 1e9
 
 # Flag bits.
 AUTOCAST_KNOWN: Final = 1 << 0
@@ -131,8 +134,8 @@ def decode(data: bytes) -> StepEvent:
     if expected == VERSION and not (math.isfinite(event.ended_at) and event.ended_at > 0):
         raise MalformedEvent("the step's end must be a unix time")
     durations = (event.step_seconds, event.wait_seconds, event.last_step_seconds)
-    if not all(math.isfinite(value) and value >= 0.0 for value in durations):
-        raise MalformedEvent("durations must be finite and non-negative")
+    if not all(0.0 <= value <= MAX_SECONDS for value in durations):  # NaN fails every comparison
+        raise MalformedEvent(f"durations must be numbers from 0 to {MAX_SECONDS:g} s")
     if event.wait_seconds > event.step_seconds * 1.001 + 1.0:
         raise MalformedEvent("data wait exceeds step time")
     return event
