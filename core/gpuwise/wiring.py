@@ -42,6 +42,10 @@ ENV_NODE_NAME: Final = "GPUWISE_NODE_NAME"
 ENV_TRAININGJOB: Final = "GPUWISE_TRAININGJOB"
 ENV_WORKER_INDEX: Final = "GPUWISE_WORKER_INDEX"
 ENV_SAMPLE_INTERVAL: Final = "GPUWISE_SAMPLE_INTERVAL_SECONDS"
+# The sidecar's sampling interval, as spec.telemetry.sampleIntervalSeconds allows it and the
+# sidecar accepts it: one source, so a spec the API server takes never makes a sidecar that exits.
+MIN_SAMPLE_INTERVAL_SECONDS: Final = 0.1  # NVML GPM needs its two samples at least 100 ms apart
+MAX_SAMPLE_INTERVAL_SECONDS: Final = 3600.0
 # Set on the sidecar, as a plain value, where the operator knows it: the container the pod's GPUs
 # work for (dcgm-exporter's `container` label). Unset when it is not known: never a guess.
 ENV_CONTAINER: Final = "GPUWISE_CONTAINER"

@@ -114,6 +114,8 @@ CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any], set[str]]] = [
     ("create the example", None, EXAMPLE, set()),
     ("suspend a running job", EXAMPLE, edited(EXAMPLE, "spec.runPolicy.suspend", True), set()),
     ("change the efficiency mode", EXAMPLE, edited(EXAMPLE, "spec.efficiency.mode", "Enforce"), set()),
+    ("a window of a day", None, edited(EXAMPLE, "spec.efficiency.window", "23h59m60s"), set()),
+    ("a window past a day", None, edited(EXAMPLE, "spec.efficiency.window", "24h1s"), {"spec.efficiency.window"}),
     ("change the image", EXAMPLE, edited(EXAMPLE, "spec.trainer.image", "pytorch/pytorch:2.5"), {"spec.trainer"}),
     ("change numNodes", EXAMPLE, edited(EXAMPLE, "spec.trainer.numNodes", 4), {"spec.trainer"}),
     ("change a nodeSelector", EXAMPLE, edited(EXAMPLE, "spec.pod.nodeSelector", {"pool": "a100"}), {"spec.pod"}),

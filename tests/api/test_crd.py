@@ -117,6 +117,13 @@ def test_examples_validate(schema: dict[str, Any]) -> None:
                 validator(schema).validate(doc)
 
 
+def test_the_crd_and_the_sidecar_share_the_sampling_bounds(schema: dict[str, Any]) -> None:
+    from gpuwise.sidecar import sidecar_command
+
+    interval = schema["properties"]["spec"]["properties"]["telemetry"]["properties"]["sampleIntervalSeconds"]
+    assert (interval["minimum"], interval["maximum"]) == (sidecar_command.MIN_INTERVAL, sidecar_command.MAX_INTERVAL)
+
+
 @pytest.mark.parametrize(
     ("path", "value", "says"),
     [
@@ -125,7 +132,11 @@ def test_examples_validate(schema: dict[str, Any]) -> None:
         (("telemetry", "instrumentation"), False, "is not of type 'string'"),
         (("efficiency", "mode"), "Off", "is not one of"),
         (("efficiency", "window"), "1 day", "does not match"),
-        (("telemetry", "sampleIntervalSeconds"), 0, "less than or equal to the minimum of 0"),
+        (("telemetry", "sampleIntervalSeconds"), 0.05, "less than the minimum of 0.1"),
+        (("trainer", "numNodes"), 1_000_000, "greater than the maximum of 100000"),
+        (("trainer", "image"), "my image", "does not match"),
+        (("trainer", "shmSize"), "-1Gi", "does not match"),
+        (("trainer", "resourcesPerNode"), {"limits": {"memory": "-16Gi"}}, "does not match"),
         (("trainer", "resourcesPerNode"), {"limits": {"memory": "lots"}}, "does not match"),
         (("runPolicy", "backoffLimit"), -1, "less than the minimum of 0"),
     ],

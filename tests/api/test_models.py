@@ -83,7 +83,22 @@ def test_round_trip_is_camel_case_without_nulls() -> None:
             "efficiency.tunables.batchSize",
             "min (64) must not exceed max (8)",
         ),
-        (spec(telemetry={"sampleIntervalSeconds": 0}), "telemetry.sampleIntervalSeconds", "greater than 0"),
+        # The sidecar's own floor (NVML GPM): a spec the API takes never makes a sidecar that exits.
+        (
+            spec(telemetry={"sampleIntervalSeconds": 0.05}),
+            "telemetry.sampleIntervalSeconds",
+            "greater than or equal to 0.1",
+        ),
+        (spec(efficiency={"window": "25h"}), "efficiency.window", "must be at most 24h"),
+        (spec(trainer={"image": "x", "numNodes": 1_000_000}), "trainer.numNodes", "less than or equal to 100000"),
+        (spec(trainer={"image": "my image"}), "trainer.image", "String should match pattern"),
+        (spec(trainer={"image": "   "}), "trainer.image", "String should match pattern"),
+        (spec(trainer={"image": "x", "shmSize": "-1Gi"}), "trainer.shmSize", "is not a Kubernetes quantity"),
+        (
+            spec(trainer={"image": "x", "resourcesPerNode": {"requests": {"cpu": -2}}}),
+            "trainer.resourcesPerNode.requests.cpu",
+            "is negative",
+        ),
         (spec(checkpoint={"timeoutSeconds": 0}), "checkpoint.timeoutSeconds", "greater than or equal to 1"),
         (
             spec(

@@ -29,9 +29,10 @@ class ApiModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-# Kubernetes' resource.Quantity grammar (apimachinery's quantity regex).
+# Kubernetes' resource.Quantity grammar (apimachinery's quantity regex), less the minus sign: every
+# quantity of the API is an amount (resources, /dev/shm), and a negative one is refused.
 QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
@@ -40,6 +41,8 @@ _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 def _check_quantity(value: int | str) -> int | str:
     if isinstance(value, str) and not _QUANTITY_RE.match(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (examples: 1, 500m, 16Gi)")
+    if (value < 0) if isinstance(value, int) else value.startswith("-"):
+        raise ValueError(f"{value!r} is negative: an amount of a resource is 0 or more")
     return value
 
 

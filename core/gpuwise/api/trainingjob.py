@@ -11,9 +11,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gpuwise.api.base import (
+    DURATION_PATTERN,
     LIST_SET,
     REASON_PATTERN,
     ApiModel,
@@ -22,6 +23,7 @@ from gpuwise.api.base import (
     Quantity,
     cel,
     list_map,
+    parse_duration,
 )
 from gpuwise.api.core import (
     EnvFromSource,
@@ -36,7 +38,7 @@ from gpuwise.api.core import (
 )
 from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.wiring import API_GROUP
+from gpuwise.wiring import API_GROUP, MAX_SAMPLE_INTERVAL_SECONDS, MIN_SAMPLE_INTERVAL_SECONDS
 
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{API_GROUP}/{VERSION}"
@@ -46,6 +48,11 @@ SINGULAR: Final = "trainingjob"
 SHORT_NAMES: Final = ("tj",)
 
 _IMMUTABLE = "is immutable once the job runs: delete and re-create the TrainingJob to change it"
+# An Indexed Job has at most 100,000 completions: one pod per node of the job.
+MAX_NODES: Final = 100_000
+# Prometheus answers a range query with at most 11,000 points: at the operator's 15 s step that is
+# 45.8 h. A day leaves room for a finer step, and bounds what one job's window makes the operator read.
+MAX_WINDOW: Final = "24h"
 
 
 # --- spec -----------------------------------------------------------------------------------
@@ -54,7 +61,9 @@ _IMMUTABLE = "is immutable once the job runs: delete and re-create the TrainingJ
 class Trainer(ApiModel):
     """The training container, run once per node by torchrun-compatible environment."""
 
-    image: str = Field(min_length=1, description="Container image of the training code.")
+    image: str = Field(
+        min_length=1, pattern=r"^\S+$", description="Container image of the training code (no blanks in a reference)."
+    )
     image_pull_policy: PullPolicy | None = None
     command: list[str] | None = None
     args: list[str] | None = None
@@ -62,7 +71,9 @@ class Trainer(ApiModel):
     env_from: list[EnvFromSource] = Field(default_factory=list)
     working_dir: str | None = None
     volume_mounts: MountList = Field(default_factory=list)
-    num_nodes: int = Field(default=1, ge=1, description="Pods in the job, one per node.")
+    num_nodes: int = Field(
+        default=1, ge=1, le=MAX_NODES, description="Pods in the job, one per node (an Indexed Job's completions)."
+    )
     num_proc_per_node: int = Field(default=1, ge=1, description="Processes torchrun starts per pod.")
     resources_per_node: ResourceRequirements = Field(
         default_factory=ResourceRequirements,
@@ -154,12 +165,32 @@ class Tunables(ApiModel):
 
 class Efficiency(ApiModel):
     mode: EfficiencyMode = EfficiencyMode.RECOMMEND
-    window: Duration = Field(default="15m", description="How long a condition must hold to count.")
+    window: Duration = Field(
+        default="15m",
+        description=f"How long a condition must hold to count, at most {MAX_WINDOW}.",
+        max_length=32,  # bounds the cost of the API server's CEL rule too
+        json_schema_extra={
+            "pattern": DURATION_PATTERN,
+            **cel(
+                f"duration(self) <= duration('{MAX_WINDOW}')", f"spec.efficiency.window must be at most {MAX_WINDOW}"
+            ),
+        },
+    )
+
     thresholds: Thresholds = Field(default_factory=Thresholds)
     actions: Annotated[list[ActionKind], Field(json_schema_extra=LIST_SET)] = Field(
         default_factory=list, description="Actions gpuwise may take in Enforce mode."
     )
     tunables: Tunables = Field(default_factory=Tunables)
+
+    @field_validator("window")
+    @classmethod
+    def _window_within_reach(cls, window: str) -> str:
+        if parse_duration(window) > parse_duration(MAX_WINDOW):
+            raise ValueError(
+                f"must be at most {MAX_WINDOW}: a longer window is more than Prometheus answers in one query"
+            )
+        return window
 
     @model_validator(mode="after")
     def _unique_actions(self) -> Efficiency:
@@ -177,7 +208,12 @@ class Instrumentation(StrEnum):
 
 class Telemetry(ApiModel):
     instrumentation: Instrumentation = Instrumentation.AUTO
-    sample_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
+    sample_interval_seconds: float = Field(
+        default=1.0,
+        ge=MIN_SAMPLE_INTERVAL_SECONDS,
+        le=MAX_SAMPLE_INTERVAL_SECONDS,
+        description="Seconds between the sidecar's GPU samples (NVML's profiling metrics need 0.1 s at least).",
+    )
 
 
 # The API server runs a transition rule (`oldSelf`) only where the old and the new object both have

@@ -27,8 +27,8 @@ from gpuwise.sidecar.simulated import MODELS
 
 log = logging.getLogger("gpuwise.sidecar")
 
-MIN_INTERVAL = 0.1  # NVML GPM needs its two samples at least 100 ms apart
-MAX_INTERVAL = 3600.0
+MIN_INTERVAL = wiring.MIN_SAMPLE_INTERVAL_SECONDS
+MAX_INTERVAL = wiring.MAX_SAMPLE_INTERVAL_SECONDS
 MAX_GPUS = 64
 
 
