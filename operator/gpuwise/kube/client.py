@@ -28,12 +28,22 @@ class ApiError(Exception):
         self.message = message
 
 
+class NoCluster(Exception):
+    """Neither in a pod nor given a kubeconfig that works; the message says what to set."""
+
+
 def connect() -> kubernetes.client.ApiClient:
     """A client configured the way kopf logs in: in-cluster first, then the kubeconfig."""
     try:
         kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+        try:
+            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (kubernetes.config.ConfigException, OSError) as exc:
+            raise NoCluster(
+                "no Kubernetes cluster to talk to: not running in a pod, and no usable kubeconfig "
+                f"({exc}); set KUBECONFIG or write ~/.kube/config, or run the operator in the cluster"
+            ) from exc
     return kubernetes.client.ApiClient()
 
 

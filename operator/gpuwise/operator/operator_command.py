@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import kopf
 
 from gpuwise import wiring
-from gpuwise.kube.client import Kube, connect
+from gpuwise.kube.client import Kube, NoCluster, connect
 from gpuwise.operator import metrics
 from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
 from gpuwise.operator.evaluate import Evaluator
@@ -117,11 +117,16 @@ def main(argv: Sequence[str]) -> int:
     kopf.configure(verbose=args.verbose, log_prefix=True)
     kopf_settings = kopf.OperatorSettings()
     configure_kopf(kopf_settings, args)
+    try:
+        client = connect()  # before anything starts: a missing cluster is one line, not a traceback
+    except NoCluster as exc:
+        sys.stderr.write(f"gpuwise operator: {exc}\n")
+        return 2
     kube_class = Kube
     if args.metrics_port is not None:
         metrics.serve(args.metrics_port)
         kube_class = metrics.MeteredKube
-    kube = kube_class(connect())
+    kube = kube_class(client)
     memo = kopf.Memo(context=ReconcileContext(kube=kube, settings=settings))
     if settings.prometheus_url:
         source = Prometheus(settings.prometheus_url)
