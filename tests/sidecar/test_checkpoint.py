@@ -358,3 +358,19 @@ def test_torch_saves_of_checkpoints_answer_and_other_saves_do_not(
     finally:
         remove()
     assert not hasattr(torch.save, "__wrapped__"), "removing the hooks restores torch.save"
+
+
+def test_a_trainer_cannot_forge_log_lines_or_flood_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    from gpuwise.sidecar.checkpoints import CheckpointAcks
+
+    acks = CheckpointAcks()
+    forged = "/ckpt/x.pt\n2026-11-26 ERROR gpuwise.operator: all jobs deleted"
+    with caplog.at_level("INFO", logger="gpuwise.sidecar.checkpoints"):
+        for _ in range(1000):  # a loop that acknowledges at every step, from a rank that does not answer
+            assert not acks.record(wire.CheckpointAck(7, 1, 1, "req-1", forged), 1.0)
+        assert acks.record(wire.CheckpointAck(7, 0, 0, "req-1", forged), 2.0)
+        for _ in range(1000):
+            assert not acks.record(wire.CheckpointAck(7, 0, 0, "req-1", forged), 3.0)
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines
+    assert all("\n" not in line and "\\n2026-11-26 ERROR" in line for line in lines)

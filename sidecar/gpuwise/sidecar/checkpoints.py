@@ -33,21 +33,35 @@ class CheckpointAcks:
         self._lock = threading.Lock()
         self._limit = limit
         self._acknowledged: OrderedDict[str, float] = OrderedDict()
+        self._logged: OrderedDict[tuple[str, int], None] = OrderedDict()  # (request, local rank) said once
 
     def record(self, ack: CheckpointAck, now: float) -> bool:
-        """Note `ack`, received at unix time `now`; True when it acknowledged a request for the first time."""
-        where = f" at {ack.path}" if ack.path else ""
-        if ack.local_rank != ANSWERING_LOCAL_RANK:
-            log.info("checkpoint request %s: local rank %d saved%s", ack.request_id, ack.local_rank, where)
-            return False
+        """Note `ack`, received at unix time `now`; True when it acknowledged a request for the first time.
+
+        The path is the trainer's text: it is logged quoted (a newline in it cannot make a log line
+        of its own), and each request and local rank is logged once, however often it is repeated.
+        """
+        where = f" at {ack.path!r}" if ack.path else ""
         with self._lock:
-            if ack.request_id in self._acknowledged:
-                return False
-            self._acknowledged[ack.request_id] = now
-            while len(self._acknowledged) > self._limit:
-                self._acknowledged.popitem(last=False)
-        log.info("checkpoint request %s acknowledged by rank %d (pid %d)%s", ack.request_id, ack.rank, ack.pid, where)
-        return True
+            first = (ack.request_id, ack.local_rank) not in self._logged
+            if first:
+                self._logged[ack.request_id, ack.local_rank] = None
+                while len(self._logged) > self._limit:
+                    self._logged.popitem(last=False)
+            if ack.local_rank != ANSWERING_LOCAL_RANK or ack.request_id in self._acknowledged:
+                acknowledged = False
+            else:
+                acknowledged = True
+                self._acknowledged[ack.request_id] = now
+                while len(self._acknowledged) > self._limit:
+                    self._acknowledged.popitem(last=False)
+        if acknowledged:
+            log.info(
+                "checkpoint request %s acknowledged by rank %d (pid %d)%s", ack.request_id, ack.rank, ack.pid, where
+            )
+        elif first and ack.local_rank != ANSWERING_LOCAL_RANK:
+            log.info("checkpoint request %s: local rank %d saved%s", ack.request_id, ack.local_rank, where)
+        return acknowledged
 
     def latest(self) -> list[tuple[str, float]]:
         """(request id, unix time of its acknowledgement), oldest first."""
