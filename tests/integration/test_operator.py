@@ -142,6 +142,19 @@ def test_invalid_spec_gets_a_condition_and_no_job(cluster: Cluster, operator: Op
     assert cluster.get("v1", "Service", "broken") is None
 
 
+def test_a_spec_too_large_to_keep_on_its_job_gets_a_condition_and_no_job(cluster: Cluster, operator: Operator) -> None:
+    """The CRD takes it (a TrainingJob may be up to 1.5 MiB), but the Job's applied-spec annotation
+    would pass the API server's 256 KiB: say so instead of a Job refused on every resync."""
+    body = manifest("huge")
+    body["spec"]["trainer"]["env"] = [{"name": f"BLOB_{n}", "value": "x" * 65_536} for n in range(5)]
+    cluster.create(body)
+    accepted = eventually(lambda: cluster.condition("huge", "Accepted"), what="the Accepted condition")
+    assert (accepted["status"], accepted["reason"]) == ("False", "SpecTooLarge")
+    assert "over the API server's 256 KiB" in accepted["message"] and "ConfigMap" in accepted["message"]
+    assert job_of(cluster, "huge") is None
+    assert cluster.get("v1", "Service", "huge") is None
+
+
 def test_operator_restart_creates_nothing_twice(cluster: Cluster, operator: Operator) -> None:
     cluster.create(manifest())
     job = eventually(lambda: job_of(cluster, "bert"), what="the Job")

@@ -110,9 +110,12 @@ async def ensure_workload(
     restart it (gpuwise.act), this is what starts the new one.
     """
     namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+    job = workload.render_job(owner, spec, ctx.settings.sidecar, overrides)
+    if (too_large := workload.annotations_too_large(job)) is not None:
+        return None, SpecProblem("SpecTooLarge", too_large)  # refused for certain: create nothing
     try:
         await ctx.kube.create(workload.render_service(owner))
-        created = await ctx.kube.create(workload.render_job(owner, spec, ctx.settings.sidecar, overrides))
+        created = await ctx.kube.create(job)
         if created is not None:
             kopf.info(
                 as_body(owner),

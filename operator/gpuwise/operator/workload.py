@@ -123,6 +123,24 @@ def pod_spec(name: str, namespace: str, spec: TrainingJobSpec, sidecar: SidecarS
     )
 
 
+# The API server refuses an object whose annotations (keys and values) pass 256 KiB.
+MAX_ANNOTATION_BYTES: Final = 256 * 1024
+
+
+def annotations_too_large(obj: JsonDict) -> str | None:
+    """Why the API server would refuse `obj`'s annotations, or None. The applied spec is one of a
+    Job's: a spec whose trainer, pod and telemetry sections pass the limit cannot run as one."""
+    annotations = obj.get("metadata", {}).get("annotations") or {}
+    size = sum(len(key.encode()) + len(str(value).encode()) for key, value in annotations.items())
+    if size <= MAX_ANNOTATION_BYTES:
+        return None
+    return (
+        f"the Job's annotations would be {size // 1024} KiB, over the API server's 256 KiB: they keep the spec's "
+        f"trainer, pod and telemetry sections ({ANNOTATION_APPLIED_SPEC}); move large values (long env values, "
+        "inline scripts) into a ConfigMap or Secret and refer to it"
+    )
+
+
 def immutable_part(spec: TrainingJobSpec) -> JsonDict:
     rendered = spec.to_k8s()
     return {section: rendered.get(section) for section in IMMUTABLE_SECTIONS}
