@@ -17,6 +17,7 @@ import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final
 
 from gpuwise.api.base import parse_duration
@@ -41,7 +42,11 @@ TrainingJob object, so: every job counts as older than the start-up grace period
 held back for young jobs), the pod's CPU limit is unknown, and no tunables are declared, so
 recommendations say what to change without proposing environment values.
 
-exit status: 0 diagnosed, 2 bad input (URL, duration, unknown job) or Prometheus unreachable.
+With --report FILE, a saved `gpuwise run --report FILE.json` is judged again by this version's
+engine instead, with the settings the run reported as its tunables; the output has the same shape.
+
+exit status: 0 diagnosed, 2 bad input (URL, duration, unknown job, a file that is not a whole
+report) or Prometheus unreachable.
 """
 
 
@@ -77,7 +82,14 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cli.add_argument("trainingjob", nargs="?", metavar="TRAININGJOB", help="one job (default: every job)")
-    cli.add_argument("--prometheus-url", required=True, metavar="URL", help="e.g. http://prometheus:9090")
+    source = cli.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus-url", metavar="URL", help="e.g. http://prometheus:9090")
+    source.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE",
+        help="a saved `gpuwise run --report FILE.json`, judged again by this version's engine",
+    )
     cli.add_argument("-n", "--namespace", help="only jobs in this namespace (default: all namespaces)")
     cli.add_argument("--window", default="15m", help="how far back to look (default 15m)")
     cli.add_argument("--step", default="15s", help="sample spacing within the window (default 15s)")
@@ -121,7 +133,22 @@ def _select(jobs: list[JobKey], namespace: str | None, name: str | None) -> list
     return chosen
 
 
+def rejudge(path: Path) -> list[Result]:
+    """A saved gpuwise run report, judged again (`gpuwise.local.saved`)."""
+    from gpuwise.local.saved import ReportError, judge
+
+    try:
+        judged = judge(path)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from exc
+    if judged.not_judged:
+        sys.stderr.write(f"gpuwise diagnose: {path}: {judged.not_judged}\n")
+    return [Result(("", path.name), judged.window, judged.diagnoses)]
+
+
 def run(args: argparse.Namespace) -> list[Result]:
+    if args.report is not None:
+        return rejudge(args.report)
     source = Prometheus(_check_url(args.prometheus_url), timeout=args.timeout)
     window_seconds, step_seconds = _durations(args.window, args.step)
     try:

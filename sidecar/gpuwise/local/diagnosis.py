@@ -24,6 +24,7 @@ from gpuwise.sidecar.steps import ProcessSteps
 
 if TYPE_CHECKING:
     from gpuwise.api.trainingjob import Recommendation
+    from gpuwise.diagnose.rules import Diagnosis
 
 MIB = 1024 * 1024
 # gpuwise run's grace is counted in steps and samples, not wall time: a 30 s run of 3,000 steps
@@ -70,10 +71,8 @@ def not_judged(recorder: Recorder, summary: Summary) -> str | None:
     return None
 
 
-def findings(
-    recorder: Recorder, summary: Summary, processes: list[ProcessSteps], interval: float
-) -> list[dict[str, Any]]:
-    """The engine's findings, most confident first, as plain data for the report."""
+def diagnoses(recorder: Recorder, summary: Summary, processes: list[ProcessSteps], interval: float) -> list[Diagnosis]:
+    """The engine's findings and recommendations on the run, most confident first."""
     from gpuwise.api.trainingjob import IntTunable, SwitchTunable, Tunables
     from gpuwise.diagnose.rules import DiagnosisThresholds, RuleContext, diagnose
     from gpuwise.diagnose.window import Sustain
@@ -89,11 +88,18 @@ def findings(
         window=window(recorder, summary, processes, interval),
         tunables=tunables,
         thresholds=DiagnosisThresholds(),
-        sustain=Sustain(grace_seconds=0.0),
+        sustain=Sustain(grace_seconds=0.0),  # the grace is the warm-up steps (judged_span)
         now=datetime.datetime.now(datetime.UTC),
         active=frozenset(),
         since={},
     )
+    return diagnose(context)
+
+
+def findings(
+    recorder: Recorder, summary: Summary, processes: list[ProcessSteps], interval: float
+) -> list[dict[str, Any]]:
+    """The engine's findings, most confident first, as plain data for the report."""
     return [
         {
             "kind": finding.kind,
@@ -106,7 +112,7 @@ def findings(
             "changes": dict(recommendation.changes) if recommendation else {},
             "expected_effect": recommendation.expected_effect if recommendation else None,
         }
-        for finding, recommendation in diagnose(context)
+        for finding, recommendation in diagnoses(recorder, summary, processes, interval)
     ]
 
 

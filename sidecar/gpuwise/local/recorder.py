@@ -117,6 +117,16 @@ class Recorder:
         self._counts: dict[int, int] = {}
         self.truncated = False
 
+    @classmethod
+    def replayed(
+        cls, steps: list[StepRecord], trace: list[dict[str, Any]], models: dict[int, str], elapsed: float
+    ) -> Recorder:
+        """A finished run's recording as a saved report holds it (`gpuwise diagnose --report`)."""
+        recorder = cls(clock=lambda: elapsed, wall_clock=lambda: 0.0)
+        recorder.started = 0.0
+        recorder._steps, recorder._trace, recorder._models = list(steps), list(trace), dict(models)
+        return recorder
+
     def on_step(self, delta: StepDelta) -> None:
         """Called from the sidecar's receiver thread. A step is timed when it ended, not when its
         datagram arrived: the totals owed at exit can arrive long after the last step."""
