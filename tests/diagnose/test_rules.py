@@ -104,9 +104,24 @@ def test_input_bound_recommends_workers_within_cpu_and_pinning() -> None:
     assert "70% of step time is spent waiting for input" in finding.message
     assert recommendation is not None
     assert recommendation.changes == {"NUM_WORKERS": "7", "PIN_MEMORY": "1"}
-    assert recommendation.expected_effect == "up to 100% GPU utilization"
+    # From what was measured: the wait hidden, a step is its compute (30%), so up to 3.3x.
+    assert recommendation.expected_effect == (
+        "up to 3.3x steps per second: 70% of step time is input wait, and up to 100% GPU utilization"
+    )
     capped = run(window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.7] * 60, num_workers=2, cpu_cores=4.0))
     assert capped["InputBound"][1].changes["NUM_WORKERS"] == "3"
+
+
+def test_waiting_for_input_is_a_fact_without_gpu_telemetry_too() -> None:
+    """A CPU run, or a node without GPU telemetry: the steps still say they wait, and the finding says
+    the utilization was not measured rather than invent one."""
+    found = run(window(gpu_utilization=[], data_wait_fraction=[0.9] * 60, num_workers=0, pin_memory=False))
+    finding, recommendation = found["InputBound"]
+    assert "GPU utilization was not measured" in finding.message and "gpuUtilization" not in finding.evidence
+    assert recommendation is not None and recommendation.expected_effect == (
+        "up to 10.0x steps per second: 90% of step time is input wait"
+    )
+    assert "InputBound" not in run(window(gpu_utilization=[95.0] * 60, data_wait_fraction=[0.9] * 60)), "busy GPU"
 
 
 def test_input_bound_with_no_spare_cpu_is_cpu_bound() -> None:

@@ -170,7 +170,10 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
     w, t = ctx.window, ctx.thresholds
     if not ctx.sustained(FindingKind.INPUT_BOUND, w.data_wait_fraction, at_least(t.data_wait_fraction)):
         return None
-    if not ctx.sustained(FindingKind.INPUT_BOUND, w.gpu_utilization, below(t.gpu_utilization)):
+    # Waiting for input is measured by the steps themselves: a job whose GPU utilization was not
+    # measured (no GPU telemetry, a CPU run) still waits, and says so; a measured busy GPU does not.
+    measured = bool(w.gpu_utilization)
+    if measured and not ctx.sustained(FindingKind.INPUT_BOUND, w.gpu_utilization, below(t.gpu_utilization)):
         return None
     wait, util = w.mean(w.data_wait_fraction) or 0.0, w.mean(w.gpu_utilization) or 0.0
     changes: dict[str, str] = {}
@@ -187,16 +190,18 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
     if ctx.tunables.pin_memory is not None and w.pin_memory is False:
         changes[ctx.tunables.pin_memory.env] = "1"
     cpu_bound = spare is not None and current >= spare
-    message = f"{wait:.0%} of step time is spent waiting for input while GPU utilization is {util:.0f}%."
+    message = f"{wait:.0%} of step time is spent waiting for input" + (
+        f" while GPU utilization is {util:.0f}%." if measured else "; GPU utilization was not measured."
+    )
     if cpu_bound:
         share = "The pod" if w.processes_per_node <= 1 else f"Each of the pod's {w.processes_per_node} processes"
         message += f" {share} has no spare CPU for more loader workers: preprocessing is CPU-bound."
     finding = ctx.finding(
         FindingKind.CPU_BOUND_INPUT if cpu_bound and not changes else FindingKind.INPUT_BOUND,
-        0.5 + wait / 2,
+        (0.5 if measured else 0.4) + wait / 2,
         message,
         dataWaitFraction=wait,
-        gpuUtilization=util,
+        gpuUtilization=util if measured else None,
         numWorkers=w.num_workers,
         pinMemory=w.pin_memory,
         cpuCores=w.cpu_cores,
@@ -217,7 +222,9 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
         finding=finding.kind,
         message=advice,
         changes=changes,
-        expected_effect=f"up to {min(100.0, util / max(1 - wait, 0.05)):.0f}% GPU utilization",
+        # From what was measured: hiding the wait entirely leaves the compute, 1 - wait of the step.
+        expected_effect=f"up to {1 / max(1 - wait, 0.05):.1f}x steps per second: {wait:.0%} of step time is input wait"
+        + (f", and up to {min(100.0, util / max(1 - wait, 0.05)):.0f}% GPU utilization" if measured else ""),
     )
     return finding, recommendation
 
