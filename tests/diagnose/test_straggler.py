@@ -12,6 +12,7 @@ import itertools
 import math
 import pathlib
 import random
+import statistics
 import sys
 from array import array
 
@@ -286,10 +287,11 @@ def test_skipping_ahead_on_named_cases() -> None:
             plain, fast = plain_and_fast(as_ratios(rng, workers, aligned), p)
             assert fast == plain, name
     assert plain_and_fast(as_ratios(rng, cases["bench"]), policy)[1] != "[]"
-    # Negative ratios, with a policy that makes sense of them: no smallest ratio bounds a median.
+    # Negative ratios, with a policy that makes sense of them: no smallest ratio bounds a median. (No
+    # sample behind its peers has a negative ratio, so there is no episode, on either path.)
     odd = StragglerPolicy(min_relative_sigma=-0.02, min_z=-100)
     plain, fast = plain_and_fast(as_ratios(rng, [[-1.0] * 20 + [-2.0] * 10 + [-1.0] * 10]), odd)
-    assert fast == plain != "[]"
+    assert fast == plain
 
 
 def test_skipping_ahead_takes_few_baselines(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -342,3 +344,47 @@ def test_step_extremes_by_job_are_each_jobs_own(seed: int) -> None:
     expected = {key: found for key, workers in jobs.items() if (found := step_extremes(workers)) is not None}
     got = step_extremes_by_job(jobs, batch=rng.choice([1, 3, 256]))
     assert repr(sorted(got.items())) == repr(sorted(expected.items()))  # repr: NaN equal to NaN
+
+
+# --- the classes real jobs fall into (issue 21), as generated traces --------------------------
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), slowed=st.integers(6, 9), slowdown=st.floats(1.3, 2.5))
+def test_when_most_workers_slow_down_together_none_is_straggling(seed: int, slowed: int, slowdown: float) -> None:
+    """Most of ten workers slow at once (a shared store, the network): the job is slow, nobody lags."""
+    rng = random.Random(seed)
+    samples: Samples = []
+    offsets = [rng.uniform(0.95, 1.05) for _ in range(10)]
+    hit = set(rng.sample(range(10), slowed))
+    for step in range(200):
+        for worker in range(10):
+            factor = slowdown if worker in hit and 100 <= step < 140 else 1.0
+            samples.append((10.0 * step, worker, 100.0 * offsets[worker] * factor * math.exp(rng.gauss(0, 0.02))))
+    assert detect_stragglers(samples) == []
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_workers_of_different_pace_from_the_start_are_not_stragglers_for_hours(seed: int) -> None:
+    """Mixed hardware or uneven shards: the same relative pace for 2,000 samples (8 h at 15 s) is
+    the milder, steady finding, never an episode."""
+    rng = random.Random(seed)
+    paces = [rng.choice([0.8, 1.0, 1.0, 1.1, 1.3]) for _ in range(8)]
+    samples = [
+        (15.0 * step, worker, 200.0 * paces[worker] * math.exp(rng.gauss(0, 0.03)))
+        for step in range(2000)
+        for worker in range(8)
+    ]
+    assert detect_stragglers(samples) == []
+    middle = statistics.median(paces)  # the peers' median at every moment, noise aside
+    steady = persistent_slow_workers(samples)
+    assert {w for w, pace in enumerate(paces) if pace / middle >= 1.08} <= set(steady)
+    assert not {w for w, pace in enumerate(paces) if pace / middle <= 1.02} & set(steady)
+
+
+@pytest.mark.parametrize("length", [1, 2])
+@pytest.mark.parametrize("seed", range(5))
+def test_a_spike_of_a_sample_or_two_is_noise_not_an_episode(seed: int, length: int) -> None:
+    base = synthetic_job(random.Random(seed))
+    assert detect_stragglers(inject(base, 1, 1200.0, 1200.0 + 10.0 * (length - 1), 3.0)) == []

@@ -6,7 +6,9 @@ only that:
 
 1. **Against the peers.** Each sample is divided by the median of all workers at the same moment.
    A job-wide slowdown (a slow checkpoint, a shared-storage hiccup) moves the median too and
-   cancels out: it is not a straggler.
+   cancels out: it is not a straggler. A slow sample must also be behind the peers at that moment
+   (at least half the entry slowdown above their median): when most workers slow down together,
+   the few that did not run ahead meanwhile, and are not stragglers when the others recover.
 2. **Against its own past.** Workers differ steadily (another GPU model, a busier node); each
    worker's ratio is compared with its own trailing baseline, so a worker that was always 8 %
    slower is not flagged for being 8 % slower. That steady difference is reported separately
@@ -201,7 +203,10 @@ class _WorkerState:
             return None
         base, sigma = self._baseline or self.baseline()
         slowdown, z = ratio / base, (ratio - base) / sigma
-        slow = _slow_enough(policy, slowdown) and z >= policy.min_z  # clearly slow
+        # Clearly slow: against its own past, and against its peers now. A worker that ran ahead of
+        # its peers while most of them were slowed (its ratio, and so its baseline, fell) is back
+        # among them when they recover, not behind them: it holds no step back.
+        slow = _slow_enough(policy, slowdown) and z >= policy.min_z and ratio >= policy.stay_slowdown
         if self.start is None:
             self.recent.append((time, slow))
             if slow and sum(s for _, s in self.recent) >= policy.enter_count:
