@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.diagnose.window import JobWindow
 from gpuwise.kube.job_overrides import annotation_patch
 from gpuwise.kube.resources import cpu_cores
 from gpuwise.operator.evaluate import evaluate_window, job_facts, refresh_phase, worth_writing
 from gpuwise.operator.job_settings import JobSettings, job_settings
+from tests.operator.test_job_gauges import window as input_bound  # an input-bound job's window
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -25,16 +25,6 @@ def spec(mode: str = "Recommend") -> JobSettings:
     settings = job_settings({"metadata": {"name": "train"}, "spec": raw})
     assert settings is not None
     return settings
-
-
-def input_bound(**overrides: Any) -> JobWindow:
-    values: dict[str, Any] = {
-        "window_seconds": 900, "sample_interval_seconds": 15, "job_age_seconds": 3600, "gpus": 1,
-        "gpu_utilization": [30.0] * 60, "data_wait_fraction": [0.6] * 60, "num_workers": 1,
-        "memory_used_mib": 20_000.0, "memory_total_mib": 80_000.0, "sm_activity": 0.21,
-    }  # fmt: skip
-    values.update(overrides)
-    return JobWindow(**values)
 
 
 @pytest.mark.parametrize(("quantity", "cores"), [("16", 16.0), ("500m", 0.5), (4, 4.0), ("1k", 1000.0), (None, None),
