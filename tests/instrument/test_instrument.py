@@ -60,6 +60,8 @@ def test_a_version_1_event_is_read_without_an_end_time() -> None:
         wire.encode(event(step_seconds=math.nan)),
         wire.encode(event(step_seconds=1e308, last_step_seconds=1e308)),  # finite, but two of them are inf
         wire.encode(event(last_step_seconds=-1.0)),
+        wire.encode(event(wait_seconds=-0.1)),  # each of the three durations is checked, not only some
+        wire.encode(event(wait_seconds=math.nan)),
         wire.encode(event(step_seconds=1.0, wait_seconds=5.0)),  # waited longer than it stepped
         wire.encode(event(ended_at=math.nan)),  # version 2 says when its step ended
         wire.encode(event(ended_at=math.inf)),
