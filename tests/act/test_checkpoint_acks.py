@@ -1,0 +1,73 @@
+"""Only worker 0's acknowledgement lets a restart go on, as a real Prometheus holds the acks.
+
+A job's every worker answers the checkpoint request, but only worker 0 (its local rank 0) saves the
+checkpoint the job resumes from: an ack from another worker alone must never count (issue 23: a
+mutant that accepted every worker's ack survived the scenarios).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpuwise.act.checkpoint import Acks
+from gpuwise.prometheus.client import Prometheus as Source
+from tests.support.prometheus import AVAILABLE, Prometheus, running
+from tests.support.waiting import eventually
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(not AVAILABLE, reason="needs prometheus (make system-deps)")]
+
+ACKS = [  # (job, worker, request id, unix time acknowledged)
+    ("bert", 1, "only-worker-1", 1795000000),
+    ("bert", 0, "both", 1795000100),
+    ("bert", 1, "both", 1795000050),
+    ("gpt", 0, "only-worker-1", 1795000200),
+]
+EXPOSITION = b"# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + b"".join(
+    f'gpuwise_checkpoint_ack_timestamp_seconds{{namespace="ml",pod="{job}-{worker}-x",trainingjob="{job}",'
+    f'worker="{worker}",request_id="{request}"}} {at}\n'.encode()
+    for job, worker, request, at in ACKS
+)
+
+
+class _Exposition(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(EXPOSITION)))
+        self.end_headers()
+        self.wfile.write(EXPOSITION)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    target = HTTPServer(("127.0.0.1", 0), _Exposition)
+    threading.Thread(target=target.serve_forever, daemon=True).start()
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "sidecars", "static_configs": [{"targets": [f"127.0.0.1:{target.server_port}"]}]}
+        ],
+    }
+    try:
+        with running(tmp_path_factory.mktemp("prometheus"), config) as server:
+            eventually(lambda: server.query("gpuwise_checkpoint_ack_timestamp_seconds"), what="the acks scraped")
+            yield server
+    finally:
+        target.shutdown()
+
+
+async def test_only_worker_0_acknowledges(prometheus: Prometheus, tmp_path: Path) -> None:
+    acks = Acks(Source(prometheus.url), cycle_seconds=30)
+    assert await acks.acknowledged("ml", "bert", "only-worker-1") is None, "worker 1 alone: no checkpoint to resume"
+    assert await acks.acknowledged("ml", "bert", "both") == 1795000100, "worker 0's own time, not worker 1's"
+    assert await acks.acknowledged("ml", "gpt", "only-worker-1") == 1795000200, "each job's own acks"
+    assert await acks.acknowledged("ml", "bert", "never") is None
+    assert acks.fetches == 1, "one query a cycle, whatever is asked"
