@@ -16,11 +16,12 @@ import pytest
 from gpuwise.sidecar.assembly import Sidecar
 from gpuwise.sidecar.identity import Identity
 from gpuwise.sidecar.simulated import SimulatedBackend
-from tests.sidecar.support import parse, select
+from tests.sidecar.support import ROOT, parse, select
 from tests.sidecar.test_steps import totals
 from tests.support.waiting import get
 
-DASHBOARD = Path("/work/shared/data/dashboards/dcgm-exporter-dashboard.json")
+# NVIDIA's dashboard as the chart ships it (tests/chart/test_generated.py: the same as ../shared/data's).
+DASHBOARD = ROOT / "charts" / "gpuwise" / "files" / "dashboards" / "dcgm-exporter.json"
 # promtool lints what dcgm-exporter itself does, and dashboards depend on: counters named without
 # `_total` (one with "COUNTER" in its name), and the camelCase `modelName` label. Nothing else.
 DCGM_LINTS = re.compile(
