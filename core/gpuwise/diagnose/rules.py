@@ -176,6 +176,8 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
     if measured and not ctx.sustained(FindingKind.INPUT_BOUND, w.gpu_utilization, below(t.gpu_utilization)):
         return None
     wait, util = w.mean(w.data_wait_fraction) or 0.0, w.mean(w.gpu_utilization) or 0.0
+    # From what was measured: hiding the wait entirely leaves the compute, 1 - wait of the step.
+    speedup = 1 / max(1 - wait, 0.05)
     changes: dict[str, str] = {}
     workers = ctx.tunables.data_loader_workers
     current = w.num_workers or 0
@@ -222,9 +224,8 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
         finding=finding.kind,
         message=advice,
         changes=changes,
-        # From what was measured: hiding the wait entirely leaves the compute, 1 - wait of the step.
-        expected_effect=f"up to {1 / max(1 - wait, 0.05):.1f}x steps per second: {wait:.0%} of step time is input wait"
-        + (f", and up to {min(100.0, util / max(1 - wait, 0.05)):.0f}% GPU utilization" if measured else ""),
+        expected_effect=f"up to {speedup:.1f}x steps per second: {wait:.0%} of step time is input wait"
+        + (f", and up to {min(100.0, util * speedup):.0f}% GPU utilization" if measured else ""),
     )
     return finding, recommendation
 
@@ -299,6 +300,7 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
         return None
     model = fit_memory(w.memory_by_batch or [(w.batch_size, w.memory_used_mib)])
     changes: dict[str, str] = {}
+    growth: float | None = None  # the proposed batch over today's
     tunable, accumulation = ctx.tunables.batch_size, ctx.tunables.gradient_accumulation_steps
     advice = "Raise the batch size; declare spec.efficiency.tunables.batchSize so gpuwise can compute it."
     if model is not None and tunable is not None:
@@ -319,6 +321,7 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
         else:
             proposal, steps = chosen
             changes[tunable.env] = str(proposal)
+            growth = proposal / w.batch_size
             advice = f"Raise the batch size to {proposal} (fits in {t.safe_memory_fraction:.0%} of GPU memory)"
             if steps is not None and accumulation is not None:
                 changes[accumulation.env] = str(steps)
@@ -334,7 +337,6 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
                     "so that gpuwise keeps the global batch."
                 )
     util = w.mean(w.gpu_utilization) or 0.0
-    growth = int(changes[tunable.env]) / w.batch_size if tunable is not None and tunable.env in changes else None
     finding = ctx.finding(
         FindingKind.SMALL_BATCH,
         0.4 + (t.memory_headroom - used),
