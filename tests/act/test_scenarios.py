@@ -317,3 +317,19 @@ def test_dry_run_records_what_would_have_happened(cluster: Cluster, operator: Op
     assert wiring.ANNOTATION_CHECKPOINT_REQUEST not in (pod["metadata"].get("annotations") or {})
     assert uid_of_job(cluster, "bert") == job["metadata"]["uid"]
     assert len(actions_of(cluster, "bert")) == 1, "once per cooldown, not every cycle"
+
+
+def test_turning_actions_off_in_the_settings_file_stops_an_action_in_flight(
+    cluster: Cluster, operator: Operator, bert: Trainer, tmp_path: Path
+) -> None:
+    job = start(cluster, trainingjob("bert", checkpoint={"timeoutSeconds": 600}))  # the trainer never answers
+    waiting = eventually(lambda: in_state(cluster, "bert", "WaitingForCheckpoint"), timeout=30, what="a request")
+    operator_config(tmp_path, enabled=False)  # what `helm upgrade --set actions.enforce=false` does to the file
+    stopped = eventually(lambda: in_state(cluster, "bert", "Stopped"), timeout=15, what="the action stopped")
+    assert stopped["id"] == waiting["id"] and stopped["reason"] == "ActionsDisabled"
+    assert uid_of_job(cluster, "bert") == job["metadata"]["uid"], "never restarted"
+    (pod,) = pods_of(cluster, "bert")
+    assert wiring.ANNOTATION_CHECKPOINT_REQUEST not in (pod["metadata"].get("annotations") or {}), "withdrawn"
+    assert events(cluster, "ActionsDisabled", "bert")[0]["type"] == "Warning"
+    time.sleep(3)  # cycles in which a new action would have started
+    assert len(actions_of(cluster, "bert")) == 1

@@ -312,10 +312,11 @@ class ActionState(StrEnum):
     FAILED = "Failed"
     ROLLED_BACK = "RolledBack"
     DRY_RUN = "DryRun"  # what would have happened, recorded while the operator runs in dry-run
+    STOPPED = "Stopped"  # ended early: the operator's actions were turned off while it was in flight
 
 
 FINAL_ACTION_STATES: Final = frozenset(
-    {ActionState.DONE, ActionState.FAILED, ActionState.ROLLED_BACK, ActionState.DRY_RUN}
+    {ActionState.DONE, ActionState.FAILED, ActionState.ROLLED_BACK, ActionState.DRY_RUN, ActionState.STOPPED}
 )
 MAX_ACTION_HISTORY: Final = 16
 MAX_ACTION_RECORDS: Final = 20

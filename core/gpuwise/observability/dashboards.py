@@ -423,7 +423,7 @@ def cluster_overview() -> Dashboard:
                     ),
                 ),
                 description="Enforce mode: how many actions entered each state (Planned, WaitingForCheckpoint, "
-                "Applying, Verifying, Done, RolledBack, Failed; DryRun in dry-run mode) over the time range. "
+                "Applying, Verifying, Done, RolledBack, Failed, Stopped; DryRun in dry-run mode) over the time range. "
                 "The job's status.actions and Events tell each one's story.",
             ),
         ),

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
 
 from croniter import croniter
 
@@ -35,6 +36,9 @@ from gpuwise.act.machine import WORSE, JobView, Plan, Refusal
 from gpuwise.api.base import parse_duration
 from gpuwise.api.kinds import ActionKind
 from gpuwise.api.trainingjob import ActionRecord, ActionState, Instrumentation
+
+# The reason of a refusal, and of an action stopped in flight, while `actions.enabled` is false.
+ACTIONS_DISABLED: Final = "ActionsDisabled"
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,7 @@ def job_refusal(
     """Why this job may not take `plan` now, if anything (budgets aside)."""
     if not settings.enabled:
         return Refusal(
-            "ActionsDisabled",
+            ACTIONS_DISABLED,
             "the operator's actions are off (settings actions.enabled, chart actions.enforce)",
             lasting=True,
         )

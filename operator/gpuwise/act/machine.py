@@ -8,6 +8,9 @@
                       Failed: CheckpointTimeout      ──▶ RolledBack            ──▶ Applying ──▶ RolledBack
 ```
 
+Turning the operator's actions off (`actions.enabled: false`, read live) ends an action in flight
+at its next safe point in `Stopped` (`Runner._stop` says which point is safe in each state).
+
 The record is the whole memory of an action: every step reads what it needs from the record and
 the cluster, does only what is missing, and writes the record before moving on. So an operator
 restart in the middle of any state resumes it without repeating or losing a step: a checkpoint

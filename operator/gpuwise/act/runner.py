@@ -15,7 +15,7 @@ because the watch that feeds the next cycle's body can lag behind its own last w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -24,6 +24,7 @@ import kopf
 from gpuwise.act import checkpoint, guardrails
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.checkpoint import Acks
+from gpuwise.act.guardrails import ACTIONS_DISABLED
 from gpuwise.act.machine import (
     WORSE,
     ActContext,
@@ -58,7 +59,7 @@ from gpuwise.prometheus.labels import JobKey
 JsonDict = dict[str, Any]
 # Steps one cycle may take for one job (e.g. Planned → WaitingForCheckpoint at once).
 MAX_STEPS_PER_CYCLE: Final = 4
-WARNING_STATES: Final = frozenset({ActionState.FAILED, ActionState.ROLLED_BACK})
+WARNING_STATES: Final = frozenset({ActionState.FAILED, ActionState.ROLLED_BACK, ActionState.STOPPED})
 
 
 def now() -> datetime:
@@ -118,13 +119,21 @@ def _inputs(
 
 class Runner:
     def __init__(
-        self, kube: Kube, settings: ActionSettings, acks: Acks, meter: Meter, *, kinds: Iterable[Action]
+        self,
+        kube: Kube,
+        settings: ActionSettings,
+        acks: Acks,
+        meter: Meter,
+        *,
+        kinds: Iterable[Action],
+        clock: Callable[[], datetime] = now,
     ) -> None:
         self.kinds = {action.kind: action for action in kinds}
         self.kube = kube
-        self.settings = settings
+        self._settings = settings
         self.acks = acks
         self.meter = meter
+        self.clock = clock  # every transition's time: a test moves it across a timeout
         self._plan_lock = asyncio.Lock()
         self._written: dict[JobKey, list[ActionRecord]] = {}
         self._told: dict[JobKey, set[str]] = {}  # refusals already told, until the job's next action
@@ -132,6 +141,19 @@ class Runner:
         # for a lasting reason: until it changes, the same refusals need no second validation of
         # its spec and planning (Enforce jobs whose guardrails refuse, every cycle).
         self._settled: dict[JobKey, tuple[Any, ...]] = {}
+
+    @property
+    def settings(self) -> ActionSettings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: ActionSettings) -> None:
+        """New limits take effect at the next cycle (the operator reloads them live): refusals
+        settled or told under the old ones are judged again."""
+        if settings != self._settings:
+            self._settled.clear()
+            self._told.clear()
+        self._settings = settings
 
     # --- entry point ------------------------------------------------------------------------
 
@@ -250,7 +272,7 @@ class Runner:
                 self._refused(job, recommendation, reverted)
                 lasting &= reverted.lasting
                 continue
-            at = now()
+            at = self.clock()
             refusal = guardrails.job_refusal(
                 job,
                 kind=recommendation.action,
@@ -318,10 +340,14 @@ class Runner:
                 return
 
     async def _step(self, job: JobView, record: ActionRecord) -> ActionRecord | None:
-        at = now()
+        at = self.clock()
         if job.status.get("phase") in TERMINAL_PHASES and record.state is not ActionState.APPLYING:
             await checkpoint.withdraw(self.kube, job.pods, request_id(record))
             return transition(record, ActionState.FAILED, "JobFinished", "The job finished first.", at)
+        if not self.settings.enabled:
+            stopped = await self._stop(job, record, at)
+            if stopped is not None:
+                return stopped
         if record.state is ActionState.PLANNED:
             return await self._planned(job, record, at)
         if record.state is ActionState.WAITING_FOR_CHECKPOINT:
@@ -333,6 +359,32 @@ class Runner:
                 return self._roll_back(record, failed.reason, failed.message, at)
         if record.state is ActionState.VERIFYING:
             return await self._verifying(job, record, at)
+        return None
+
+    async def _stop(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord | None:
+        """The kill switch (`actions.enabled: false`) reached an action in flight: end it at its next
+        safe point. None: this is not one yet, the step goes on as usual.
+
+        Before the restart (Planned, WaitingForCheckpoint) nothing has changed: it ends there. While
+        node preparation holds the job suspended, the change is rolled back (the job resumes from
+        the checkpoint it just took, on nodes as they were). A job already being restarted is
+        brought up first, as are rollbacks: stopping half-way would leave it stopped. Verification
+        ends without a verdict, because a revert would be one more restart.
+        """
+        off = "The operator's actions were turned off (actions.enabled: false)"
+        if record.state is ActionState.PLANNED:
+            return transition(record, ActionState.STOPPED, ACTIONS_DISABLED, f"{off}; nothing was changed.", at)
+        if record.state is ActionState.WAITING_FOR_CHECKPOINT:
+            await checkpoint.withdraw(self.kube, job.pods, request_id(record))
+            kept = "the job keeps the changed configuration" if record.reverting else "the job was not restarted"
+            return transition(record, ActionState.STOPPED, ACTIONS_DISABLED, f"{off}; {kept}.", at)
+        if record.state is ActionState.APPLYING and not record.reverting:
+            action = self.kinds[record.action]
+            if action.prepares_nodes and record.details.get("prepared") != "true":
+                return self._roll_back(record, ACTIONS_DISABLED, f"{off} while nodes were being prepared", at)
+        if record.state is ActionState.VERIFYING:
+            message = f"{off}; the job keeps running with the new configuration, not verified."
+            return transition(record, ActionState.STOPPED, ACTIONS_DISABLED, message, at)
         return None
 
     async def _request_checkpoint(

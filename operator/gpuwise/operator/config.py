@@ -7,8 +7,10 @@ the first TrainingJob.
 
 from __future__ import annotations
 
+import logging
 import pathlib
-from typing import Any
+import time
+from typing import Any, Final
 
 import yaml
 from pydantic import Field, ValidationError
@@ -16,6 +18,8 @@ from pydantic import Field, ValidationError
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.api.base import ApiModel
 from gpuwise.api.core import PullPolicy, ResourceRequirements
+
+logger: Final = logging.getLogger(__name__)
 
 
 class SidecarSettings(ApiModel):
@@ -70,3 +74,68 @@ def load_settings(path: pathlib.Path | None, overrides: dict[str, Any] | None = 
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise SettingsError(f"invalid operator settings ({path or 'flags'}): {problems}") from exc
+
+
+class LiveSettings:
+    """The settings file, read again when it changes, so a platform team can turn actions off now.
+
+    The chart mounts the settings from a ConfigMap as a directory (not `subPath`), so the kubelet
+    replaces the file when the ConfigMap changes, typically within a minute. `actions` (the kill
+    switch `actions.enabled`, budgets, dry run…) takes effect at the next evaluation cycle; the
+    rest shapes what the operator built at start-up (watched namespaces, the sidecar it injects)
+    and takes a restart, which the log says. A file that no longer validates changes nothing: the
+    operator keeps what it had and says why, once per version of the file.
+    """
+
+    def __init__(
+        self,
+        path: pathlib.Path,
+        settings: OperatorSettings,
+        overrides: dict[str, Any] | None = None,
+        *,
+        check_seconds: float = 1.0,
+    ) -> None:
+        self.path = path
+        self.settings = settings
+        self._overrides = overrides
+        self._check_seconds = check_seconds
+        self._checked = time.monotonic()
+        self._version = self._stat()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()  # follows the ConfigMap volume's `..data` link: a new file, a new inode
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def current(self) -> OperatorSettings:
+        """The settings as the file says now (looked at most once per `check_seconds`)."""
+        if time.monotonic() - self._checked < self._check_seconds:
+            return self.settings
+        self._checked = time.monotonic()
+        version = self._stat()
+        if version == self._version:
+            return self.settings
+        self._version = version
+        try:
+            loaded = load_settings(self.path, self._overrides)
+        except SettingsError as exc:
+            logger.error("%s; keeping the settings in use", exc)
+            return self.settings
+        if loaded != self.settings:
+            later = sorted(
+                key
+                for key in OperatorSettings.model_fields
+                if key != "actions" and getattr(loaded, key) != getattr(self.settings, key)
+            )
+            if loaded.actions != self.settings.actions:
+                logger.warning(
+                    "settings file %s changed: new actions settings in effect (enabled: %s)",
+                    self.path,
+                    loaded.actions.enabled,
+                )
+            if later:
+                logger.warning("settings file %s changed %s: takes effect after a restart", self.path, ", ".join(later))
+            self.settings = self.settings.model_copy(update={"actions": loaded.actions})
+        return self.settings

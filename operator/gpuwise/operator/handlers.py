@@ -25,7 +25,7 @@ from gpuwise.act.runner import Runner
 from gpuwise.api.base import parse_duration
 from gpuwise.api.trainingjob import PLURAL, VERSION, Instrumentation
 from gpuwise.kube.client import Kube
-from gpuwise.operator.config import OperatorSettings
+from gpuwise.operator.config import LiveSettings, OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.inject import inject_sidecar
 from gpuwise.operator.metrics import JOBS
@@ -172,12 +172,16 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
             **_: Any,
         ) -> None:
             """Diagnose, publish, then act: one cycle of the loop for one job."""
+            runner: Runner = memo["runner"]
+            if "live" in memo:
+                live: LiveSettings = memo["live"]
+                runner.settings = live.current().actions
             await evaluate_job(
                 body,
                 list(pods.get((namespace, name), [])),
                 IndexedObjects(trainingjobs),
                 evaluator=memo["evaluator"],
-                runner=memo["runner"],
+                runner=runner,
                 context=memo["context"],
                 logger=logger,
             )

@@ -9,13 +9,14 @@ import pathlib
 import random
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import kopf
 
 from gpuwise import wiring
 from gpuwise.kube.client import Kube, NoCluster, connect
 from gpuwise.operator import metrics
-from gpuwise.operator.config import OperatorSettings, SettingsError, load_settings
+from gpuwise.operator.config import LiveSettings, OperatorSettings, SettingsError, load_settings
 from gpuwise.operator.evaluate import Evaluator
 from gpuwise.operator.handlers import build_registry, build_runner
 from gpuwise.operator.reconcile import ReconcileContext
@@ -96,17 +97,15 @@ def configure_kopf(settings: kopf.OperatorSettings, args: argparse.Namespace) ->
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    flags: dict[str, Any] = {
+        "sidecar": {"image": args.sidecar_image} if args.sidecar_image else None,
+        "resyncSeconds": args.resync_seconds,
+        "prometheusUrl": args.prometheus_url,
+        "evaluationSeconds": args.evaluate_seconds,
+        "queryStepSeconds": args.query_step_seconds,
+    }
     try:
-        settings: OperatorSettings = load_settings(
-            args.config,
-            {
-                "sidecar": {"image": args.sidecar_image} if args.sidecar_image else None,
-                "resyncSeconds": args.resync_seconds,
-                "prometheusUrl": args.prometheus_url,
-                "evaluationSeconds": args.evaluate_seconds,
-                "queryStepSeconds": args.query_step_seconds,
-            },
-        )
+        settings: OperatorSettings = load_settings(args.config, flags)
     except SettingsError as exc:
         sys.stderr.write(f"gpuwise operator: {exc}\n")
         return 2
@@ -137,6 +136,8 @@ def main(argv: Sequence[str]) -> int:
             refresh_seconds=settings.status_refresh_seconds,
         )
         memo.runner = build_runner(kube, source, settings)
+        if args.config is not None:
+            memo.live = LiveSettings(args.config, settings, flags)  # the kill switch, read every cycle
     asyncio.run(
         kopf.operator(
             registry=build_registry(settings, webhook=args.webhook_port is not None),

@@ -1,0 +1,353 @@
+"""The action runner's state machine, one cycle at a time, on a clock the test moves (issue 23).
+
+The end-to-end scenarios show that an action gets there; these show *when* each transition
+happens: a checkpoint answered just before its timeout and one that never comes, a verify window
+one second short and exactly full, worker 1's acknowledgement alone against worker 0's, and the
+kill switch (`actions.enabled: false`) reaching an action in every state. The API server is the
+emulator over HTTP and the acknowledgements are in a real Prometheus; the test plays the Job
+controller where the operator's reconciler would (it renders the Job with the operator's code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, ClassVar
+
+import kopf
+import pytest
+from kopf._core.engines import posting
+
+from gpuwise import wiring
+from gpuwise.act.action_settings import ActionSettings
+from gpuwise.act.checkpoint import Acks
+from gpuwise.act.guardrails import counted
+from gpuwise.act.kinds import AVAILABLE
+from gpuwise.act.machine import Plan, is_final, new_record, request_id, transition
+from gpuwise.act.measure import Meter
+from gpuwise.act.runner import Runner
+from gpuwise.api.kinds import ActionKind
+from gpuwise.api.trainingjob import ActionRecord, ActionState, Recommendation
+from gpuwise.kube import job_overrides
+from gpuwise.kube.client import Kube
+from gpuwise.kube.trainingjob import parse_spec
+from gpuwise.operator.config import SidecarSettings
+from gpuwise.operator.workload import render_job
+from gpuwise.prometheus.client import Prometheus as Source
+from tests.act.scenario import TJ_API, trainingjob
+from tests.integration.conftest import Cluster
+from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
+from tests.support.prometheus import Prometheus, running
+from tests.support.waiting import eventually
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(not HAS_PROMETHEUS, reason="needs prometheus (make system-deps)"),
+]
+
+START = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
+TIMEOUT = 60  # the job's spec.checkpoint.timeoutSeconds (scenario.trainingjob)
+SETTINGS = ActionSettings(min_runtime="10m", verify_window="5m", apply_timeout="30m")
+SETTINGS_WINDOW = 300  # SETTINGS.verify_window, in seconds
+REQUEST = wiring.ANNOTATION_CHECKPOINT_REQUEST
+HOURS = itertools.count()
+OFF = SETTINGS.model_copy(update={"enabled": False})
+MORE_WORKERS = Recommendation(
+    action=ActionKind.ADJUST_CONFIG, finding="InputBound", message="m", changes={"NUM_WORKERS": "4"}
+)
+
+
+class _Exposition(BaseHTTPRequestHandler):
+    """What the sidecars export: the acknowledgements a test has put here so far."""
+
+    lines: ClassVar[dict[str, str]] = {}
+
+    def do_GET(self) -> None:
+        body = ("# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + "".join(self.lines.values())).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    target = HTTPServer(("127.0.0.1", 0), _Exposition)
+    threading.Thread(target=target.serve_forever, daemon=True).start()
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "sidecars", "static_configs": [{"targets": [f"127.0.0.1:{target.server_port}"]}]}
+        ],
+    }
+    try:
+        with running(tmp_path_factory.mktemp("prometheus"), config) as server:
+            yield server
+    finally:
+        target.shutdown()
+
+
+def acknowledge(prometheus: Prometheus, worker: int, rid: str, at: float) -> None:
+    """A worker's sidecar exports its acknowledgement of `rid`; wait until Prometheus holds it."""
+    _Exposition.lines[f"{worker}/{rid}"] = (
+        f'gpuwise_checkpoint_ack_timestamp_seconds{{namespace="default",trainingjob="bert",'
+        f'worker="{worker}",request_id="{rid}"}} {at}\n'
+    )
+    wanted = f'gpuwise_checkpoint_ack_timestamp_seconds{{worker="{worker}",request_id="{rid}"}}'
+    eventually(lambda: prometheus.query(wanted), what=f"worker {worker}'s ack scraped")
+
+
+@dataclass
+class Clock:
+    at: datetime
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, seconds: float) -> datetime:
+        self.at += timedelta(seconds=seconds)
+        return self.at
+
+
+@pytest.fixture
+async def events() -> AsyncIterator[asyncio.Queue[posting.K8sEvent]]:
+    """The Events the runner posts (kopf.info / kopf.warn), collected instead of sent."""
+    queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
+    loop_token = posting.event_queue_loop_var.set(asyncio.get_running_loop())
+    queue_token = posting.event_queue_var.set(queue)
+    settings_token = posting.settings_var.set(kopf.OperatorSettings())
+    yield queue
+    posting.settings_var.reset(settings_token)
+    posting.event_queue_var.reset(queue_token)
+    posting.event_queue_loop_var.reset(loop_token)
+
+
+def drained(queue: asyncio.Queue[posting.K8sEvent]) -> list[tuple[str, str]]:
+    """(type, reason) of every Event posted since the last look."""
+    posted = []
+    while not queue.empty():
+        event = queue.get_nowait()
+        posted.append((event.type, event.reason))
+    return posted
+
+
+class Job:
+    """The TrainingJob bert, running for an hour at START, with worker 0's pod; and a runner for it."""
+
+    def __init__(self, cluster: Cluster, kube: Kube, prometheus: Prometheus, settings: ActionSettings) -> None:
+        self.cluster = cluster
+        # Each test's own hour: its request ids (named by the time) are new to Prometheus.
+        self.start = START + timedelta(hours=next(HOURS))
+        self.clock = Clock(self.start)
+        source = Source(prometheus.url)
+        self.runner = Runner(
+            kube,
+            settings,
+            Acks(source, cycle_seconds=0),  # every cycle reads again: the test's cycles are instants
+            Meter(source, window_seconds=300, cycle_seconds=0),
+            kinds=AVAILABLE,
+            clock=self.clock,
+        )
+        cluster.create(trainingjob("bert"))
+        started = (self.start - timedelta(hours=1)).isoformat()
+        status = {"status": {"phase": "Running", "startTime": started}}
+        cluster.patch(TJ_API, "TrainingJob", "bert", status, status=True)
+        self.render()
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "bert-0",
+                "labels": {wiring.LABEL_TRAININGJOB: "bert", wiring.JOB_COMPLETION_INDEX_ANNOTATION: "0"},
+                "annotations": {wiring.JOB_COMPLETION_INDEX_ANNOTATION: "0"},
+            },
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        }
+        cluster.create(pod)
+
+    def body(self) -> dict[str, Any]:
+        found = self.cluster.get(TJ_API, "TrainingJob", "bert")
+        assert found is not None
+        return found
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.cluster.list("v1", "Pod", label_selector=f"{wiring.LABEL_TRAININGJOB}=bert")
+
+    def render(self) -> None:
+        """Play the reconciler: the Job for the spec and the overrides the TrainingJob wants now."""
+        body = self.body()
+        spec, _ = parse_spec(body)
+        assert spec is not None
+        self.cluster.create(render_job(body, spec, SidecarSettings(), job_overrides.wanted(body)))
+
+    def request(self) -> str | None:
+        annotations = self.pods()[0]["metadata"].get("annotations") or {}
+        value: str | None = annotations.get(wiring.ANNOTATION_CHECKPOINT_REQUEST)
+        return value
+
+    async def cycle(self, *recommendations: Recommendation, after: float = 0) -> ActionRecord | None:
+        """One evaluation cycle, `after` seconds after the last; the job's last action afterwards."""
+        self.clock.advance(after)
+        body = self.body()
+        await self.runner.run(body, self.pods(), [body], list(recommendations))
+        actions = (self.body().get("status") or {}).get("actions") or []
+        return ActionRecord.model_validate(actions[-1]) if actions else None
+
+    def store(self, record: ActionRecord) -> None:
+        """An action in flight, as an operator restarted in the middle of it finds it in status."""
+        self.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"actions": [record.to_k8s()]}}, status=True)
+
+
+@pytest.fixture
+def job(cluster: Cluster, kube: Kube, prometheus: Prometheus, events: asyncio.Queue[posting.K8sEvent]) -> Job:
+    _Exposition.lines.clear()
+    return Job(cluster, kube, prometheus, SETTINGS)
+
+
+def in_flight(
+    state: ActionState, kind: ActionKind = ActionKind.ADJUST_CONFIG, at: datetime = START, **update: Any
+) -> ActionRecord:
+    record = new_record(kind, "InputBound", Plan(target=job_overrides.NONE, message="m"), job_overrides.NONE, at)
+    if state is not ActionState.PLANNED:
+        record = transition(record, state, "Test", "m", at)
+    return record.model_copy(update=update)
+
+
+async def test_a_restart_walks_every_state_when_the_clock_says(
+    job: Job, prometheus: Prometheus, events: asyncio.Queue[posting.K8sEvent]
+) -> None:
+    record = await job.cycle(MORE_WORKERS)
+    assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT
+    assert [(t.state, t.at) for t in record.history] == [
+        (ActionState.PLANNED, job.start),
+        (ActionState.WAITING_FOR_CHECKPOINT, job.start),
+    ]
+    rid = request_id(record)
+    assert job.request() == rid, "worker 0's pod is asked to checkpoint"
+    assert drained(events) == [("Normal", "Planned"), ("Normal", "CheckpointRequested")]
+
+    acknowledge(prometheus, worker=1, rid=rid, at=job.start.timestamp() + 5)
+    record = await job.cycle(after=10)
+    assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT, "worker 1 alone saves nothing"
+
+    acknowledge(prometheus, worker=0, rid=rid, at=job.start.timestamp() + 12)
+    record = await job.cycle(after=10)
+    assert record is not None and record.state is ActionState.APPLYING
+    assert record.reason == "CheckpointAcknowledged"
+    assert record.history[-1].at == job.start + timedelta(seconds=20)
+    assert record.checkpoint_acknowledged_at == job.start + timedelta(seconds=12), "worker 0's time, not the cycle's"
+    assert job_overrides.wanted(job.body()).env == {"NUM_WORKERS": "4"}, "the new configuration is written"
+
+    await job.cycle(after=1)  # the old Job goes
+    eventually(lambda: job.cluster.get("batch/v1", "Job", "bert") is None, what="the old Job deleted")
+    job.render()
+    record = await job.cycle(after=1)
+    assert record is not None and record.state is ActionState.VERIFYING
+    assert job_overrides.applied(job.cluster.get("batch/v1", "Job", "bert") or {}).env == {"NUM_WORKERS": "4"}
+
+    running_since = datetime.fromisoformat(record.details["runningSince"])
+    assert running_since == job.clock(), "measured from the cycle that saw it running"
+    record = await job.cycle(after=SETTINGS_WINDOW - 1)
+    assert record is not None and record.state is ActionState.VERIFYING, "one second short of the verify window"
+    record = await job.cycle(after=1)
+    assert record is not None and record.state is ActionState.DONE
+    assert record.reason == "NotMeasured", "no throughput on either side: kept, and said so"
+    assert record.history[-1].at == running_since + timedelta(seconds=SETTINGS_WINDOW)
+
+
+async def test_a_checkpoint_answered_at_its_timeout_counts_and_one_second_later_not(
+    job: Job, prometheus: Prometheus
+) -> None:
+    requested = await job.cycle(MORE_WORKERS)
+    assert requested is not None and requested.state is ActionState.WAITING_FOR_CHECKPOINT
+    record = await job.cycle(after=TIMEOUT)
+    assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT, "exactly at the timeout"
+    record = await job.cycle(after=1)
+    assert record is not None and record.state is ActionState.FAILED and record.reason == "CheckpointTimeout"
+    assert record.history[-1].at == job.start + timedelta(seconds=TIMEOUT + 1)
+    assert job.request() is None, "the request is withdrawn: the trainer stops waiting for it"
+    assert job_overrides.wanted(job.body()) == job_overrides.NONE, "nothing was changed"
+
+
+async def test_an_acknowledgement_at_the_last_second_restarts(job: Job, prometheus: Prometheus) -> None:
+    requested = await job.cycle(MORE_WORKERS)
+    assert requested is not None
+    acknowledge(prometheus, worker=0, rid=request_id(requested), at=job.start.timestamp() + TIMEOUT)
+    record = await job.cycle(after=TIMEOUT)
+    assert record is not None and record.state is ActionState.APPLYING
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        (ActionState.PLANNED, "nothing was changed"),
+        (ActionState.WAITING_FOR_CHECKPOINT, "the job was not restarted"),
+        (ActionState.VERIFYING, "not verified"),
+    ],
+)
+async def test_turning_actions_off_stops_an_action_in_flight(
+    job: Job, state: ActionState, message: str, events: asyncio.Queue[posting.K8sEvent]
+) -> None:
+    record = in_flight(state, at=job.start, checkpoint_requested_at=job.start)
+    if state is ActionState.WAITING_FOR_CHECKPOINT:
+        job.cluster.patch("v1", "Pod", "bert-0", {"metadata": {"annotations": {REQUEST: request_id(record)}}})
+    job.store(record)
+    job.runner.settings = OFF
+    stopped = await job.cycle(after=30)
+    assert stopped is not None and stopped.state is ActionState.STOPPED
+    assert stopped.reason == "ActionsDisabled" and message in stopped.message
+    assert stopped.history[-1].at == job.start + timedelta(seconds=30)
+    assert job.request() is None, "no checkpoint request left behind"
+    assert job.cluster.get("batch/v1", "Job", "bert") is not None, "the running Job is left alone"
+    assert drained(events) == [("Warning", "ActionsDisabled")]
+
+
+async def test_turning_actions_off_rolls_back_a_node_change_not_yet_made(job: Job) -> None:
+    job.store(in_flight(ActionState.APPLYING, ActionKind.MIG_REPARTITION, job.start))
+    job.runner.settings = OFF
+    record = await job.cycle(after=30)
+    assert record is not None and record.state is ActionState.APPLYING
+    assert record.reverting and record.reason == "ActionsDisabled", "back to what the job ran with"
+
+
+async def test_turning_actions_off_lets_a_restart_under_way_come_up_first(job: Job) -> None:
+    target = job_overrides.NONE.model_copy(update={"env": {"NUM_WORKERS": "4"}})
+    job.store(in_flight(ActionState.APPLYING, at=job.start, overrides_target=target, restart=True))
+    job.runner.settings = OFF
+    record = await job.cycle(after=1)  # writes the new overrides: the job was already stopped
+    assert record is not None and record.state is ActionState.APPLYING and not record.reverting
+    await job.cycle(after=1)
+    eventually(lambda: job.cluster.get("batch/v1", "Job", "bert") is None, what="the old Job deleted")
+    job.render()
+    record = await job.cycle(after=1)
+    assert record is not None and record.state is ActionState.STOPPED, "up with the new configuration, then stopped"
+    assert [t.state for t in record.history[-2:]] == [ActionState.VERIFYING, ActionState.STOPPED]
+    assert job_overrides.applied(job.cluster.get("batch/v1", "Job", "bert") or {}).env == {"NUM_WORKERS": "4"}
+
+
+async def test_turning_actions_back_on_acts_on_what_was_refused(
+    job: Job, events: asyncio.Queue[posting.K8sEvent]
+) -> None:
+    job.runner.settings = OFF
+    assert await job.cycle(MORE_WORKERS) is None
+    assert drained(events) == [("Normal", "ActionNotTaken")]
+    assert await job.cycle(MORE_WORKERS, after=30) is None
+    assert drained(events) == [], "told once"
+    job.runner.settings = SETTINGS
+    record = await job.cycle(MORE_WORKERS, after=30)
+    assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT, "the same job, judged again"
+
+
+def test_a_stopped_action_is_final_and_counted() -> None:
+    stopped = transition(in_flight(ActionState.PLANNED), ActionState.STOPPED, "ActionsDisabled", "m", START)
+    assert is_final(stopped)
+    assert counted([stopped]) == [stopped], "it was attempted: it counts against maxActionsPerJob"
