@@ -1,10 +1,14 @@
-"""The emulator over HTTP and the operator's own Kubernetes facade pointed at it."""
+"""The emulator over HTTP, the operator's own Kubernetes facade pointed at it, and the Events
+that the code under test posts through kopf (collected here, as no kopf operator runs)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 
+import kopf
 import pytest
+from kopf._core.engines import posting
 from kubernetes import config
 
 from gpuwise.kube.client import Kube
@@ -24,3 +28,25 @@ def trainer(light: tuple[Prometheus, Trainer]) -> Iterator[Trainer]:
     """The worker of a scenario module's `light` job (scenario.light_telemetry), reset after a test."""
     yield light[1]
     light[1].request_file.write_text("")  # the next test's job starts without a pending request
+
+
+@pytest.fixture(autouse=True)
+async def events() -> AsyncIterator[asyncio.Queue[posting.K8sEvent]]:
+    """The Events the runner posts (kopf.info / kopf.warn), collected instead of sent."""
+    queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
+    loop_token = posting.event_queue_loop_var.set(asyncio.get_running_loop())
+    queue_token = posting.event_queue_var.set(queue)
+    settings_token = posting.settings_var.set(kopf.OperatorSettings())
+    yield queue
+    posting.settings_var.reset(settings_token)
+    posting.event_queue_var.reset(queue_token)
+    posting.event_queue_loop_var.reset(loop_token)
+
+
+def drained(queue: asyncio.Queue[posting.K8sEvent]) -> list[tuple[str, str]]:
+    """(type, reason) of every Event posted since the last look."""
+    posted = []
+    while not queue.empty():
+        event = queue.get_nowait()
+        posted.append((event.type, event.reason))
+    return posted

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from kopf._core.engines import posting
+from prometheus_client import REGISTRY
 
 from gpuwise import wiring
 from gpuwise.act.nodes import (
@@ -13,6 +16,7 @@ from gpuwise.act.nodes import (
     NodeError,
     cordon,
     evict_gpu_pods,
+    never_evicted,
     uncordon,
 )
 from gpuwise.kube.client import ApiError, Kube
@@ -21,6 +25,8 @@ from tests.act.support import budget, node, pod
 
 GPU = {"nvidia.com/gpu": 1}
 JOB = "default/bert"  # the TrainingJob whose action idles the node
+EVICTED = "gpuwise_action_evictions_total"
+EVICTED_LABELS = {"namespace": "default", "trainingjob": "bert", "pod_namespace": "team-b"}
 NOT_READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
 
 
@@ -177,3 +183,38 @@ async def test_the_jobs_own_workers_may_be_evicted(kube: Kube) -> None:
     assert (await evict_gpu_pods(kube, "gpu-1", job=JOB)).evicted == ("default/bert-0",)
     # The same name in another namespace is another TrainingJob.
     assert (await evict_gpu_pods(kube, "gpu-2", job="default/gpt")).protected
+
+
+async def test_an_evicted_pod_is_told_who_evicted_it_and_the_eviction_is_counted(
+    kube: Kube, events: asyncio.Queue[posting.K8sEvent]
+) -> None:
+    await kube.create(pod("notebook", "gpu-1", gpus=GPU, namespace="team-b"))
+    before = REGISTRY.get_sample_value(EVICTED, EVICTED_LABELS) or 0.0
+
+    drain = await evict_gpu_pods(kube, "gpu-1", job=JOB, why="MIG config all-3g.40gb")
+
+    assert drain.evicted == ("team-b/notebook",)
+    (event,) = [events.get_nowait() for _ in range(events.qsize())]
+    assert (event.type, event.reason) == ("Warning", "EvictedByGpuwise")
+    assert (event.ref["kind"], event.ref["namespace"], event.ref["name"]) == ("Pod", "team-b", "notebook")
+    assert "node gpu-1 for an action on TrainingJob default/bert (MIG config all-3g.40gb)" in event.message
+    assert REGISTRY.get_sample_value(EVICTED, EVICTED_LABELS) == before + 1
+
+
+async def test_an_admin_can_keep_evictions_to_some_namespaces(
+    kube: Kube, events: asyncio.Queue[posting.K8sEvent]
+) -> None:
+    await kube.create(pod("serving", "gpu-1", gpus=GPU, namespace="prod"))
+    await kube.create(pod("notebook", "gpu-1", gpus=GPU, namespace="team-b"))
+    drain = await evict_gpu_pods(kube, "gpu-1", job=JOB, namespaces=["team-b", "default"])
+    assert list(drain.protected) == ["prod/serving"]
+    assert "in namespace prod, which actions.nodes.evictNamespaces does not list" in drain.explain()
+    assert not drain.evicted and events.empty(), "a node that cannot be idled loses nobody"
+    assert (await evict_gpu_pods(kube, "gpu-1", job=JOB, namespaces=["team-b", "prod"])).evicted
+
+
+def test_the_job_s_own_workers_and_other_jobs_workers_whatever_the_namespaces() -> None:
+    own = pod("bert-0", "gpu-1", gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "bert"})
+    other = pod("gpt-0", "gpu-1", gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "gpt"}, namespace="team-b")
+    assert never_evicted(own, JOB, namespaces=["team-b"]) is None, "stopped from its checkpoint anyway"
+    assert "a worker of TrainingJob team-b/gpt" in (never_evicted(other, JOB, namespaces=["team-b"]) or "")

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, ClassVar
 
-import kopf
 import pytest
 from kopf._core.engines import posting
 
@@ -39,6 +38,7 @@ from gpuwise.kube.trainingjob import parse_spec
 from gpuwise.operator.config import SidecarSettings
 from gpuwise.operator.workload import render_job
 from gpuwise.prometheus.client import Prometheus as Source
+from tests.act.conftest import drained
 from tests.act.scenario import TJ_API, trainingjob
 from tests.integration.conftest import Cluster
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
@@ -116,28 +116,6 @@ class Clock:
     def advance(self, seconds: float) -> datetime:
         self.at += timedelta(seconds=seconds)
         return self.at
-
-
-@pytest.fixture
-async def events() -> AsyncIterator[asyncio.Queue[posting.K8sEvent]]:
-    """The Events the runner posts (kopf.info / kopf.warn), collected instead of sent."""
-    queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
-    loop_token = posting.event_queue_loop_var.set(asyncio.get_running_loop())
-    queue_token = posting.event_queue_var.set(queue)
-    settings_token = posting.settings_var.set(kopf.OperatorSettings())
-    yield queue
-    posting.settings_var.reset(settings_token)
-    posting.event_queue_var.reset(queue_token)
-    posting.event_queue_loop_var.reset(loop_token)
-
-
-def drained(queue: asyncio.Queue[posting.K8sEvent]) -> list[tuple[str, str]]:
-    """(type, reason) of every Event posted since the last look."""
-    posted = []
-    while not queue.empty():
-        event = queue.get_nowait()
-        posted.append((event.type, event.reason))
-    return posted
 
 
 class Job:

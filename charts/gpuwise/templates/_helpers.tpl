@@ -134,6 +134,8 @@ actions:
   {{- with .Values.actions.nodes }}
   nodes:
     drainTimeout: {{ .drainTimeout | quote }}
+    evictNamespaces:
+      {{- toYaml .evictNamespaces | nindent 6 }}
     packingPolicy: {{ .packingPolicy | quote }}
     mig:
       configTimeout: {{ .mig.configTimeout | quote }}

@@ -338,6 +338,16 @@ ACTION_TRANSITIONS: Final = Metric(
     Scope.TRAININGJOB,
     ("action", "state"),
 )
+# Pods of other workloads a node-side action evicted to idle a node's GPUs for a TrainingJob
+# (gpuwise.act.nodes): disruption that no TrainingJob budget counts, so it is counted here.
+ACTION_EVICTIONS: Final = Metric(
+    "gpuwise_action_evictions_total",
+    _C,
+    "1",
+    "Pods evicted to idle a node's GPUs for an action on a TrainingJob, by the evicted pod's namespace.",
+    Scope.TRAININGJOB,
+    ("pod_namespace",),
+)
 
 CATALOG: Final[tuple[Metric, ...]] = tuple(value for value in list(globals().values()) if isinstance(value, Metric))
 BY_NAME: Final[Mapping[str, Metric]] = MappingProxyType({metric.name: metric for metric in CATALOG})

@@ -28,7 +28,7 @@ ran worse): other pods may use the new slices by then; the job alone goes back t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -139,15 +139,16 @@ def choose(
     job: str,
     held: Mapping[str, str] | None = None,
     extra_configs: Mapping[str, Mapping[str, int]] | None = None,
+    evict_namespaces: Collection[str] = (),
 ) -> Choice:
     """The node and config that give `count` free `profile` slices with the least disruption.
 
     A pure function of the nodes and their pods. `job` ("namespace/name") is the TrainingJob to
     move, whose pods the restart stops anyway; a node that would have to evict a pod that must
-    never be evicted (another TrainingJob's worker, a do-not-disrupt pod: see
-    :func:`nodes.never_evicted`) is out, and so is one that would have to evict a pod a
-    disruption budget keeps now (`held`, with why). Raises :class:`NoMigNodeError` saying why
-    each node is out.
+    never be evicted (another TrainingJob's worker, a do-not-disrupt pod, one outside
+    `evict_namespaces` when that is given: see :func:`nodes.never_evicted`) is out, and so is one
+    that would have to evict a pod a disruption budget keeps now (`held`, with why). Raises
+    :class:`NoMigNodeError` saying why each node is out.
     """
     reasons: dict[str, str] = {}
     options: list[tuple[tuple[int, int, int, str], Choice]] = []
@@ -194,7 +195,7 @@ def choose(
         protected = [
             f"{nodes.pod_ref(dict(p))} ({why})"
             for p in others
-            if nodes.holds_gpus(dict(p)) and (why := nodes.never_evicted(dict(p), job)) is not None
+            if nodes.holds_gpus(dict(p)) and (why := nodes.never_evicted(dict(p), job, evict_namespaces)) is not None
         ]
         if protected:
             reasons[name] = f"must not be disrupted: {', '.join(sorted(protected))}"
@@ -228,6 +229,7 @@ async def find_slices(kube: Kube, job: JobView, details: Mapping[str, str], sett
         job=f"{job.namespace}/{job.name}",
         held=nodes.held_by_budgets(pods, budgets),
         extra_configs=settings.mig.configs,
+        evict_namespaces=settings.evict_namespaces,
     )
 
 
@@ -339,6 +341,7 @@ class MigRepartition(Action):
             details=details,
             now=ctx.now,
             drain_timeout=ctx.settings.nodes.drain_timeout,
+            evict_namespaces=ctx.settings.nodes.evict_namespaces,
         )
 
     async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Plan | Refusal:

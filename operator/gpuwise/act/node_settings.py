@@ -69,6 +69,11 @@ class NodeActionSettings(ApiModel):
         description="How long evictions refused by PodDisruptionBudgets are retried before the action gives up "
         "and uncordons the node.",
     )
+    evict_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose GPU pods MigRepartition may evict to idle a node; empty: any. TrainingJob "
+        "workers and pods annotated gpuwise.io/do-not-disrupt are never evicted.",
+    )
     mig: MigSettings = Field(default_factory=MigSettings)
     time_slicing: TimeSlicingSettings = Field(default_factory=TimeSlicingSettings)
     packing_policy: str = Field(default="gpuwise", description="The packing planner's policy: gpuwise or bestfit.")

@@ -20,17 +20,21 @@ Then a node-side action changes a label that an NVIDIA component acts on and fol
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
+import kopf
+
 from gpuwise import wiring
 from gpuwise.act.machine import ActionFailed, Progress
+from gpuwise.act.transitions import EVICTIONS
 from gpuwise.api.base import parse_duration
 from gpuwise.kube.client import ApiError, Kube
 from gpuwise.kube.resources import gpu_resources
+from gpuwise.kube.trainingjob import as_body
 
 JsonDict = dict[str, Any]
 
@@ -58,19 +62,25 @@ def trainingjob_of(pod: JsonDict) -> str | None:
     return f"{meta.get('namespace')}/{name}" if name else None
 
 
-def never_evicted(pod: JsonDict, job: str) -> str | None:
+def never_evicted(pod: JsonDict, job: str, namespaces: Collection[str] = ()) -> str | None:
     """Why gpuwise must not evict `pod` to make room for TrainingJob `job` ("namespace/name"), if so.
 
     A pod annotated do-not-disrupt; or a worker of another TrainingJob: gpuwise restarts a
     TrainingJob only after its own checkpoint handshake and within the disruption budgets, never
-    as a side effect of another job's action (it may not checkpoint at all). The job's own pods
-    may go: it is stopped from a checkpoint anyway.
+    as a side effect of another job's action (it may not checkpoint at all); or, when the admin
+    listed the namespaces gpuwise may evict from (`actions.nodes.evictNamespaces`, `namespaces`),
+    a pod outside them. The job's own pods may go: it is stopped from a checkpoint anyway.
     """
     if do_not_disrupt(pod):
         return f"annotated {wiring.ANNOTATION_DO_NOT_DISRUPT}"
     owner = trainingjob_of(pod)
-    if owner is not None and owner != job:
+    if owner == job:
+        return None
+    if owner is not None:
         return f"a worker of TrainingJob {owner}, which gpuwise restarts only through its own checkpoint handshake"
+    namespace = pod.get("metadata", {}).get("namespace")
+    if namespaces and namespace not in namespaces:
+        return f"in namespace {namespace}, which actions.nodes.evictNamespaces does not list"
     return None
 
 
@@ -228,13 +238,18 @@ class Drain:
         return f"node {self.node}: " + ("; ".join(parts) if parts else "its GPUs are idle")
 
 
-async def evict_gpu_pods(kube: Kube, node: str, *, job: str) -> Drain:
+async def evict_gpu_pods(kube: Kube, node: str, *, job: str, namespaces: Collection[str] = (), why: str = "") -> Drain:
     """One pass: ask the API server to evict every GPU pod on `node`, for TrainingJob `job`
     ("namespace/name"). Call it again (the next cycle) while pods are left: a refusal may be
-    lifted by then. A node holding a pod that must never be evicted (:func:`never_evicted`)
-    cannot be idled: nobody is evicted from it."""
+    lifted by then. A node holding a pod that must never be evicted (:func:`never_evicted`, with
+    the admin's `namespaces`) cannot be idled: nobody is evicted from it.
+
+    Each evicted pod gets a Warning Event that says who evicted it and why (`why`, e.g. "MIG config
+    all-3g.40gb"), and is counted in `gpuwise_action_evictions_total`: its owner sees what happened
+    in `kubectl describe`, and the platform team sees how much disruption node actions cost.
+    """
     pods = await gpu_pods(kube, node)
-    protected = {pod_ref(pod): why for pod in pods if (why := never_evicted(pod, job)) is not None}
+    protected = {pod_ref(pod): reason for pod in pods if (reason := never_evicted(pod, job, namespaces)) is not None}
     if protected:
         return Drain(node, protected=protected, left=tuple(sorted(pod_ref(pod) for pod in pods)))
     evicted: list[str] = []
@@ -253,10 +268,24 @@ async def evict_gpu_pods(kube: Kube, node: str, *, job: str) -> Drain:
                 blocked[ref] = refusal(error)
             else:
                 evicted.append(ref)
+                _evicted(pod, node, job, why)
                 continue
         left.append(ref)
     still = {pod_ref(pod) for pod in await gpu_pods(kube, node)} if evicted else set(left)
     return Drain(node, tuple(evicted), blocked, left=tuple(sorted(still)))
+
+
+def _evicted(pod: JsonDict, node: str, job: str, why: str) -> None:
+    """Leave a trace of an eviction on the evicted pod (an Event) and in the operator's metrics."""
+    namespace, name = job.split("/", 1)
+    EVICTIONS.labels(namespace, name, pod["metadata"]["namespace"]).inc()
+    purpose = f" ({why})" if why else ""
+    kopf.warn(
+        as_body({**pod, "apiVersion": "v1", "kind": "Pod"}),  # list items come without their kind
+        reason="EvictedByGpuwise",
+        message=f"Evicted by gpuwise to idle the GPUs of node {node} for an action on TrainingJob {job}{purpose}; "
+        f'annotate pods {wiring.ANNOTATION_DO_NOT_DISRUPT}: "true" to keep them.',
+    )
 
 
 # --- changing what a node's GPUs offer ------------------------------------------------------
@@ -296,6 +325,7 @@ async def apply_on_idle_node(
     details: Mapping[str, str],
     now: datetime,
     drain_timeout: str,
+    evict_namespaces: Collection[str] = (),
 ) -> Progress:
     """One step of: cordon, evict the GPU pods (for at most `drain_timeout`; for TrainingJob `job`,
     "namespace/name", see :func:`evict_gpu_pods`), set the labels, wait for the component's answer,
@@ -313,7 +343,7 @@ async def apply_on_idle_node(
             raise ActionFailed("NodeBusy", str(exc)) from exc
     if "labelledAt" not in details:
         progress["drainStartedAt"] = details.get("drainStartedAt") or now.isoformat()
-        drain = await evict_gpu_pods(kube, node, job=job)
+        drain = await evict_gpu_pods(kube, node, job=job, namespaces=evict_namespaces, why=change.describe)
         if drain.evicted:
             progress["evicted"] = ",".join(sorted({*details.get("evicted", "").split(","), *drain.evicted} - {""}))
         if drain.protected:

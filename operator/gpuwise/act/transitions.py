@@ -1,7 +1,8 @@
-"""`gpuwise_action_transitions_total`: the actions taken, counted where the runner posts each Event.
+"""`gpuwise_action_transitions_total`: the actions taken, counted where the runner posts each Event;
+and `gpuwise_action_evictions_total`: the pods node-side actions evicted, counted at each eviction.
 
-The counter belongs to the action runner that makes the transitions; the operator serves it on
-its `/metrics` with its other metrics (`gpuwise.operator.metrics`).
+The counters belong to the code that acts; the operator serves them on its `/metrics` with its
+other metrics (`gpuwise.operator.metrics`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -62,3 +64,10 @@ class ActionTransitions(Collector):
 
 
 ACTIONS: Final = ActionTransitions()
+
+
+EVICTIONS: Final = Counter(
+    catalog.ACTION_EVICTIONS.name.removesuffix("_total"),
+    catalog.ACTION_EVICTIONS.help,
+    list(catalog.ACTION_EVICTIONS.labels),
+)
