@@ -117,7 +117,7 @@ class PodGpus:
     def __init__(self, directory: Path, requested: int | None = None) -> None:
         self.directory = directory
         self.requested = requested
-        self._said: tuple[str, frozenset[str]] | None = None
+        self._said: tuple[str, frozenset[str], frozenset[Device]] | None = None
 
     def prepare(self) -> None:
         """Create the directory, writable by a trainer running as another user (sticky, as /tmp)."""
@@ -147,9 +147,9 @@ class PodGpus:
 
     def _say(self, source: str, unmatched: frozenset[str], kept: frozenset[Device], node: int = 0) -> None:
         """Log each change of how the pod's GPUs are known, once."""
-        if self._said == (source, unmatched):
+        if self._said == (source, unmatched, kept):
             return
-        self._said = (source, unmatched)
+        self._said = (source, unmatched, kept)
         gpus = ", ".join(sorted({_describe(device) for device in kept})) or "none"
         if source == TRAINER:
             log.info("exporting the GPUs the trainer named: %s", gpus)
