@@ -20,6 +20,9 @@ STEP_SOCKET: Final = f"{RUNTIME_DIR}/steps.sock"
 # The sidecar copies the pure-Python instrumentation package here before it reports started,
 # so trainer images need not have gpuwise installed for `instrumentation: Auto`.
 INSTRUMENT_PYTHONPATH: Final = f"{RUNTIME_DIR}/python"
+# The trainer says here which GPUs are the pod's (its container's visible devices, as the device
+# plugin set them), one small file per distinct set; the sidecar exports only those GPUs.
+POD_GPUS_DIR: Final = f"{RUNTIME_DIR}/pod-gpus"
 
 # --- the trainer's read-only view of its pod (downward API) ---------------------------------
 PODINFO_VOLUME: Final = "gpuwise-podinfo"
@@ -54,6 +57,8 @@ ENV_SOCKET: Final = "GPUWISE_SOCKET"
 ENV_INSTRUMENT: Final = "GPUWISE_INSTRUMENT"  # "auto" | "manual" | "disabled"
 # Set on the trainer: the downward-API file that holds the pending checkpoint request id (or nothing).
 ENV_CHECKPOINT_REQUEST_FILE: Final = "GPUWISE_CHECKPOINT_REQUEST_FILE"
+# Set on the trainer: the directory where it says which GPUs are the pod's (POD_GPUS_DIR).
+ENV_POD_GPUS_DIR: Final = "GPUWISE_POD_GPUS_DIR"
 
 # --- labels and annotations -----------------------------------------------------------------
 LABEL_TRAININGJOB: Final = f"{API_GROUP}/trainingjob"

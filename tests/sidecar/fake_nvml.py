@@ -66,6 +66,11 @@ class FakeGpu:
         return f"GPU-00000000-0000-0000-0000-{self.index:012d}"
 
 
+def mig_uuid(gpu: int, gi: int) -> str:
+    """The UUID NVML gives GPU instance `gi` of GPU `gpu` (R470 and later: `MIG-` and a UUID of its own)."""
+    return f"MIG-00000000-0000-0000-{gi:04d}-{gpu:012d}"
+
+
 @dataclass(frozen=True)
 class Handle:
     gpu: FakeGpu
@@ -133,7 +138,8 @@ class FakeNvml:
 
     # --- identity ------------------------------------------------------------------------------
     def nvmlDeviceGetUUID(self, handle: Handle) -> str:
-        return self._check("nvmlDeviceGetUUID", handle).uuid
+        gpu = self._check("nvmlDeviceGetUUID", handle)
+        return gpu.uuid if handle.instance is None else mig_uuid(gpu.index, handle.instance.gi)
 
     def nvmlDeviceGetName(self, handle: Handle) -> bytes:
         gpu = self._check("nvmlDeviceGetName", handle)

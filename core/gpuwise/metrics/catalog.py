@@ -258,6 +258,15 @@ LAST_SAMPLE: Final = Metric(
     "Unix time of the latest sampling round.",
     Scope.SIDECAR,
 )
+POD_GPUS: Final = Metric(
+    "gpuwise_sidecar_pod_gpus",
+    _G,
+    "1",
+    "GPUs and MIG instances exported as the pod's; source: how the sidecar knows them (trainer, request, "
+    "visible), or unknown: it does not, and exports no GPU series.",
+    Scope.SIDECAR,
+    ("source",),
+)
 EVENTS_RECEIVED: Final = Metric(
     "gpuwise_step_events_received_total",
     _C,

@@ -17,6 +17,11 @@ The kubelet projects it, so the sidecar needs neither a Kubernetes client nor RB
 The sidecar labels its DCGM device series with the container the GPUs work for, as dcgm-exporter
 does: the trainer of a TrainingJob; on the webhook path, the one container that requests an
 `nvidia.com/*` GPU resource. With none, or several, the label is left out rather than guessed.
+
+The sidecar sees every GPU of the node and exports only the pod's: the trainer names them in the
+shared volume (`--pod-gpus-dir`, its container's visible devices), and until it does, the sidecar
+exports the node's GPUs only where they are as many as that container's `nvidia.com/gpu`
+(`--requested-gpus`). See `gpuwise.sidecar.pod_gpus`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 
 from gpuwise import wiring
 from gpuwise.api.trainingjob import Instrumentation
-from gpuwise.kube.resources import container_gpu_resources
+from gpuwise.kube.resources import GPU_RESOURCE, container_gpu_resources
 from gpuwise.operator.config import SidecarSettings
 
 JsonDict = dict[str, Any]
@@ -49,12 +54,26 @@ def gpu_container(pod_spec: JsonDict) -> str | None:
     return (users[0] or None) if len(users) == 1 else None
 
 
+def requested_gpus(pod_spec: JsonDict, container_name: str | None) -> int | None:
+    """The whole GPUs (`nvidia.com/gpu`) the named container asks for; None for none, or no such container."""
+    for container in (*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])):
+        if container_name and container.get("name") == container_name:
+            return container_gpu_resources(container).get(GPU_RESOURCE)
+    return None
+
+
 def sidecar_container(
-    settings: SidecarSettings, sample_interval: float, trainingjob: str | None, gpu_user: str | None = None
+    settings: SidecarSettings,
+    sample_interval: float,
+    trainingjob: str | None,
+    gpu_user: str | None = None,
+    requested: int | None = None,
 ) -> JsonDict:
     """The native sidecar container exporting NVML and step metrics on :9400.
 
     `gpu_user`: the container the pod's GPUs work for (the `container` label), or None: no label.
+    `requested`: the GPUs that container requests, or None: the sidecar exports the node's GPUs only
+    once a trainer has named the pod's.
     """
     index_path = f"metadata.annotations['{wiring.JOB_COMPLETION_INDEX_ANNOTATION}']"
     env: list[JsonDict] = [
@@ -89,6 +108,8 @@ def sidecar_container(
             f"--socket={wiring.STEP_SOCKET}",
             f"--instrument-dir={wiring.INSTRUMENT_PYTHONPATH}",
             f"--interval={sample_interval:g}",
+            f"--pod-gpus-dir={wiring.POD_GPUS_DIR}",
+            *([f"--requested-gpus={requested}"] if requested else []),
         ],
         "env": env,
         "ports": [{"name": wiring.METRICS_PORT_NAME, "containerPort": wiring.METRICS_PORT, "protocol": "TCP"}],
@@ -127,6 +148,7 @@ def trainer_env(instrumentation: Instrumentation, user_env: list[JsonDict]) -> l
         {"name": wiring.ENV_SOCKET, "value": wiring.STEP_SOCKET},
         {"name": wiring.ENV_INSTRUMENT, "value": instrumentation.value.lower()},
         {"name": wiring.ENV_CHECKPOINT_REQUEST_FILE, "value": wiring.CHECKPOINT_REQUEST_FILE},
+        {"name": wiring.ENV_POD_GPUS_DIR, "value": wiring.POD_GPUS_DIR},
     ]
     if instrumentation is not Instrumentation.DISABLED:
         # Manual users import gpuwise.instrument themselves; it must be importable for them too.
@@ -159,7 +181,8 @@ def inject_sidecar(
         return spec
     # Native sidecars start in order: put ours first so user init containers can already report.
     user = gpu_user or gpu_container(spec)
-    init_containers.insert(0, sidecar_container(settings, sample_interval, trainingjob, user))
+    sidecar = sidecar_container(settings, sample_interval, trainingjob, user, requested_gpus(spec, user))
+    init_containers.insert(0, sidecar)
     spec.setdefault("volumes", []).extend([{"name": wiring.RUNTIME_VOLUME, "emptyDir": {}}, podinfo_volume()])
     mounts: list[JsonDict] = [
         {"name": wiring.RUNTIME_VOLUME, "mountPath": wiring.RUNTIME_DIR},

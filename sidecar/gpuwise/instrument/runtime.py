@@ -4,7 +4,8 @@
 `auto` (hook PyTorch), `manual` (only the explicit API), `disabled` (nothing). Without a socket
 there is nobody to tell, and every call of the public API is a cheap no-op.
 `GPUWISE_CHECKPOINT_REQUEST_FILE` says where gpuwise's checkpoint requests appear (the pod's
-downward-API file); without it there are none to answer.
+downward-API file); without it there are none to answer. `GPUWISE_POD_GPUS_DIR` is where this
+container says which GPUs are the pod's (`pod_gpus`), once per process, as reporting starts.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from typing import Final
 
 from gpuwise import wiring
-from gpuwise.instrument import wire
+from gpuwise.instrument import pod_gpus, wire
 from gpuwise.instrument.checkpoint import Checkpoints
 from gpuwise.instrument.sender import Sender
 from gpuwise.instrument.tracker import Tracker
@@ -57,8 +58,20 @@ def _resolve() -> Tracker | None:
             tracker.checkpoints = Checkpoints(requests, sender.send, warn, local_rank=_local_rank(), rank=_rank())
         os.register_at_fork(after_in_child=tracker.forked)
         atexit.register(tracker.flush)
+        _report_pod_gpus()
     _Process.resolved = True
     return _Process.tracker
+
+
+def _report_pod_gpus() -> None:
+    """Tell the sidecar which GPUs this container holds; a failure is said once, never raised."""
+    directory = os.environ.get(wiring.ENV_POD_GPUS_DIR, "")
+    if not directory:
+        return
+    try:
+        pod_gpus.report(directory, pod_gpus.visible_devices())
+    except Exception as exc:
+        warn(f"cannot tell the sidecar which GPUs are the pod's ({exc}); it may not export them")
 
 
 def _local_rank() -> int:

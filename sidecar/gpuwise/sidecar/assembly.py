@@ -19,6 +19,7 @@ from gpuwise.sidecar import instrument_dir
 from gpuwise.sidecar.backend import Backend
 from gpuwise.sidecar.collector import SidecarCollector
 from gpuwise.sidecar.identity import Identity
+from gpuwise.sidecar.pod_gpus import PodGpus
 from gpuwise.sidecar.receiver import Receiver
 from gpuwise.sidecar.sampler import Sampler, Snapshot
 from gpuwise.sidecar.server import MetricsServer
@@ -40,12 +41,17 @@ class Sidecar:
         port: int | None = None,
         on_sample: Callable[[Snapshot], None] | None = None,
         on_step: Callable[[StepDelta], None] | None = None,
+        pod_gpus: PodGpus | None = None,
     ) -> None:
+        """`pod_gpus` narrows the export to the pod's GPUs; without it, every GPU the backend sees."""
         self.backend = backend
+        self.pod_gpus = pod_gpus
         self.identity = identity
         self.book = StepBook()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.sampler = Sampler(backend, interval, on_sample=on_sample) if backend is not None else None
+        self.sampler = (
+            Sampler(backend, interval, on_sample=on_sample, pod_gpus=pod_gpus) if backend is not None else None
+        )
         self.receiver: Receiver | None = None
         self._socket_path = socket_path
         self._instrument_path = instrument_path
@@ -64,6 +70,8 @@ class Sidecar:
         try:
             if self._instrument_path is not None:
                 instrument_dir.install(self._instrument_path)
+            if self.pod_gpus is not None:
+                self.pod_gpus.prepare()
             self.receiver = Receiver(self._socket_path, self.book, on_step=self._on_step)
             self.receiver.start()
             if self.sampler is not None:

@@ -30,7 +30,9 @@ class Device:
     """A GPU, or a MIG instance of one, identified the way dcgm-exporter labels it.
 
     For a MIG instance, `index`, `uuid`, `pci_bus_id` and `minor` are its parent GPU's (as
-    dcgm-exporter does) and `mig_profile`/`mig_instance` tell the instances apart.
+    dcgm-exporter does) and `mig_profile`/`mig_instance` tell the instances apart. `mig_uuid` and
+    `mig_slot` (its index among the GPU's MIG devices) are how the device plugin names an instance
+    it hands a pod (`MIG-...`, or `<gpu>:<slot>`); they are no labels, and None where not known.
     """
 
     index: int
@@ -40,13 +42,15 @@ class Device:
     minor: int | None = None
     mig_profile: str | None = None
     mig_instance: int | None = None
+    mig_uuid: str | None = None
+    mig_slot: int | None = None
 
     @property
     def is_mig(self) -> bool:
         return self.mig_instance is not None
 
-    def instance(self, profile: str, instance: int) -> Device:
-        return Device(self.index, self.uuid, self.pci_bus_id, self.model, self.minor, profile, instance)
+    def instance(self, profile: str, instance: int, *, uuid: str | None = None, slot: int | None = None) -> Device:
+        return Device(self.index, self.uuid, self.pci_bus_id, self.model, self.minor, profile, instance, uuid, slot)
 
 
 @dataclass(frozen=True, slots=True)

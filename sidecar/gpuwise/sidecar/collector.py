@@ -167,6 +167,7 @@ class SidecarCollector(Collector):
             families.add(catalog.SAMPLE_ROUNDS, job, snapshot.rounds)
             families.add(catalog.SAMPLE_DURATION, job, snapshot.duration)
             families.add(catalog.LAST_SAMPLE, job, snapshot.taken_at)
+            families.add(catalog.POD_GPUS, {**job, "source": snapshot.pod_gpus.source}, len(snapshot.pod_gpus.devices))
         if self._receiver is not None:
             families.add(catalog.EVENTS_RECEIVED, job, self._receiver.received)
             for reason, count in sorted(self._receiver.dropped.items()):

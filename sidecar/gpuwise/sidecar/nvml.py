@@ -127,7 +127,13 @@ class NvmlBackend:
             except Exception:  # NOT_FOUND: an empty slot
                 continue
             match = _MIG_PROFILE.search(name)
-            device = gpu.device.instance(match.group(1) if match else name, instance)
+            uuid = self._optional(nvml.nvmlDeviceGetUUID, handle)
+            device = gpu.device.instance(
+                match.group(1) if match else name,
+                instance,
+                uuid=nvml_errors.text(uuid) if uuid is not None else None,
+                slot=slot,
+            )
             gpm = self._gpm(gpu.handle, instance) if gpm_supported else None
             found.append(_Instance(device, handle, gpm))
         return found

@@ -4,6 +4,9 @@ The latest sample is an immutable `Snapshot` published by swapping one reference
 reads it without a lock and without ever calling into NVML: a slow or wedged driver delays the
 next snapshot, never a scrape. Failures are counted here, across samples, by device, metric and
 reason; a backend that raises outright is counted too and sampling goes on.
+
+A snapshot holds only the pod's devices (`pod_gpus`): a backend sees the whole node, and what is
+not the pod's is dropped here, before anything is counted or exported.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from types import MappingProxyType
 
 from gpuwise.sidecar import backend
 from gpuwise.sidecar.backend import Backend, Device, Sample
+from gpuwise.sidecar.pod_gpus import Attribution, PodGpus, visible
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,7 @@ class Snapshot:
     duration: float  # seconds the backend took
     rounds: int
     failures: Mapping[FailureKey, int]  # running totals
+    pod_gpus: Attribution  # which devices are the pod's, and how the sidecar knows; `sample` holds only those
 
 
 class Sampler:
@@ -40,9 +45,12 @@ class Sampler:
         interval: float,
         *,
         on_sample: Callable[[Snapshot], None] | None = None,
+        pod_gpus: PodGpus | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """`pod_gpus`: which devices to keep; None keeps every device the backend sees."""
         self.backend = source
+        self.pod_gpus = pod_gpus
         self.interval = interval
         self._on_sample = on_sample
         self._wall = wall
@@ -60,6 +68,8 @@ class Sampler:
             log.exception("the %s backend failed to sample", self.backend.name)
             sample = Sample(())
             self._failures[None, "sample", backend.EXCEPTION] += 1
+        attribution = self.pod_gpus.attribute(sample) if self.pod_gpus is not None else visible(sample)
+        sample = attribution.keep(sample)
         for failure in sample.failures:
             self._failures[failure.device, failure.metric.name, failure.reason] += 1
         self._rounds += 1
@@ -69,6 +79,7 @@ class Sampler:
             duration=time.perf_counter() - started,
             rounds=self._rounds,
             failures=MappingProxyType(dict(self._failures)),
+            pod_gpus=attribution,
         )
         self.snapshot = snapshot
         if self._on_sample is not None:

@@ -1,7 +1,10 @@
 """`gpuwise sidecar`: the telemetry exporter that runs next to a training pod.
 
     gpuwise sidecar --backend nvml --port 9400 --socket /var/run/gpuwise/steps.sock \\
-        --instrument-dir /var/run/gpuwise/python --interval 1
+        --instrument-dir /var/run/gpuwise/python --interval 1 \\
+        --pod-gpus-dir /var/run/gpuwise/pod-gpus --requested-gpus 2
+
+Without `--pod-gpus-dir` it exports every GPU it sees; with it, only the pod's (see `pod_gpus`).
 
 Exits 2 on bad arguments, 1 when it cannot start (the message says why), 0 on SIGTERM/SIGINT.
 """
@@ -21,6 +24,7 @@ from gpuwise import wiring
 from gpuwise.sidecar.assembly import Sidecar
 from gpuwise.sidecar.backend import Backend, BackendUnavailable
 from gpuwise.sidecar.identity import Identity
+from gpuwise.sidecar.pod_gpus import PodGpus
 from gpuwise.sidecar.receiver import SocketPathError
 from gpuwise.sidecar.scenarios import SCENARIOS
 from gpuwise.sidecar.simulated import MODELS
@@ -49,6 +53,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=wiring.METRICS_PORT, help=f"default {wiring.METRICS_PORT}")
     p.add_argument("--socket", type=Path, default=Path(wiring.STEP_SOCKET), help="unix socket for step events")
     p.add_argument("--instrument-dir", type=Path, help="copy the training instrumentation here at start-up")
+    p.add_argument(
+        "--pod-gpus-dir",
+        type=Path,
+        help="export only the GPUs the pod's trainers name in this directory (default: every GPU seen)",
+    )
+    p.add_argument(
+        "--requested-gpus",
+        type=int,
+        help="with --pod-gpus-dir: the pod's nvidia.com/gpu; all the node's GPUs are the pod's when it has as many",
+    )
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return p
 
@@ -71,6 +85,10 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--trace replays its own GPUs and activity; drop --scenario/--gpus, or drop --trace")
     if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
         p.error(f"--gpus must be between 1 and {MAX_GPUS}, not {args.gpus}")
+    if args.requested_gpus is not None and args.pod_gpus_dir is None:
+        p.error("--requested-gpus only applies with --pod-gpus-dir, where trainers name the pod's GPUs")
+    if args.requested_gpus is not None and not 1 <= args.requested_gpus <= MAX_GPUS:
+        p.error(f"--requested-gpus must be between 1 and {MAX_GPUS}, not {args.requested_gpus}")
     if not MIN_INTERVAL <= args.interval <= MAX_INTERVAL:
         p.error(f"--interval must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds, not {args.interval:g}")
     if not 0 <= args.port <= 65535:
@@ -112,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             instrument_path=args.instrument_dir,
             address=args.address,
             port=args.port,
+            pod_gpus=PodGpus(args.pod_gpus_dir, args.requested_gpus) if args.pod_gpus_dir is not None else None,
         )
         sidecar.start()
     except (SocketPathError, OSError) as exc:
