@@ -140,6 +140,28 @@ CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any], set[str]]] = [
         {"spec.telemetry"},
     ),
     *[
+        (f"create with {where} seccomp {profile}", None, edited(EXAMPLE, f"spec.{where}.securityContext", context), bad)
+        for where in ("trainer", "pod")
+        for profile, context, bad in [
+            ("RuntimeDefault", {"seccompProfile": {"type": "RuntimeDefault"}}, set()),
+            (
+                "Localhost with its profile",
+                {"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}},
+                set(),
+            ),
+            (
+                "Localhost without a profile",
+                {"seccompProfile": {"type": "Localhost"}},
+                {f"spec.{where}.securityContext.seccompProfile"},
+            ),
+            (
+                "a profile without Localhost",
+                {"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "p.json"}},
+                {f"spec.{where}.securityContext.seccompProfile"},
+            ),
+        ]
+    ],
+    *[
         (f"create with {name} min > max", None, edited(EXAMPLE, f"spec.efficiency.tunables.{name}", bad), {path})
         for name in TUNABLES
         for path, bad in [(f"spec.efficiency.tunables.{name}", {"env": "X", "min": 64, "max": 8})]

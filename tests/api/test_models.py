@@ -110,6 +110,27 @@ def test_round_trip_is_camel_case_without_nulls() -> None:
             "trainer.env.0",
             "set either value or valueFrom, not both",
         ),
+        # The pod's UID applies to gpuwise's sidecar too, which runs as non-root.
+        (
+            spec(pod={"securityContext": {"runAsUser": 0}}),
+            "pod.securityContext.runAsUser",
+            "greater than or equal to 1",
+        ),
+        (
+            spec(trainer={"image": "x", "securityContext": {"seccompProfile": {"type": "Localhost"}}}),
+            "trainer.securityContext.seccompProfile",
+            "localhostProfile is set with type Localhost, and only then",
+        ),
+        (
+            spec(trainer={"image": "x", "securityContext": {"privileged": True, "allowPrivilegeEscalation": False}}),
+            "trainer.securityContext",
+            "allowPrivilegeEscalation cannot be false in a privileged container",
+        ),
+        (
+            spec(trainer={"image": "x", "securityContext": {"capabilities": {"add": ["sys admin"]}}}),
+            "trainer.securityContext.capabilities.add.0",
+            "String should match pattern",
+        ),
     ],
 )
 def test_bad_input_names_the_field(raw: dict[str, object], where: str, says: str) -> None:

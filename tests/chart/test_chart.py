@@ -15,6 +15,7 @@ import yaml
 
 from gpuwise import wiring
 from gpuwise.api.crd import main as crd_main
+from gpuwise.kube.pod_security import Level
 from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB
 from gpuwise.operator.config import OperatorSettings, SidecarSettings
 from gpuwise.operator.handlers import build_registry
@@ -64,12 +65,21 @@ def test_lint_is_clean_for_kubernetes_1_30() -> None:
         ({"sidecar": {"resources": {"limits": {"memory": "lots"}}}}, "at '/sidecar/resources/limits/memory'"),
         ({"monitoring": {"podMonitor": {"interval": "often"}}}, "at '/monitoring/podMonitor/interval'"),
         ({"image": {"digest": "latest"}}, "at '/image/digest'"),
+        ({"podSecurity": "Restricted"}, "at '/podSecurity'"),
     ],
 )
 def test_bad_values_fail_with_a_message_that_names_the_key(values: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmValuesError) as error:
         render_files(values)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("level", list(Level))
+def test_the_pod_security_level_reaches_the_operator(level: Level) -> None:
+    configmap = one(render({"podSecurity": level.value}), "ConfigMap", "gw-gpuwise-settings")
+    assert OperatorSettings.model_validate(yaml.safe_load(configmap["data"]["settings.yaml"])).pod_security is level
+    default = one(render(), "ConfigMap", "gw-gpuwise-settings")
+    assert yaml.safe_load(default["data"]["settings.yaml"])["podSecurity"] == Level.RESTRICTED.value
 
 
 def test_replicas_with_glob_namespaces_are_refused() -> None:

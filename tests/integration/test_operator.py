@@ -155,6 +155,21 @@ def test_a_spec_too_large_to_keep_on_its_job_gets_a_condition_and_no_job(cluster
     assert cluster.get("v1", "Service", "huge") is None
 
 
+def test_a_spec_past_the_pod_security_level_gets_a_condition_and_no_job(cluster: Cluster, operator: Operator) -> None:
+    """The default level is restricted: a hostPath volume and a root trainer are refused by name."""
+    body = manifest("rooted", pod={"volumes": [{"name": "host", "hostPath": {"path": "/"}}]})
+    body["spec"]["trainer"]["securityContext"] = {"runAsUser": 0}
+    cluster.create(body)
+    accepted = eventually(lambda: cluster.condition("rooted", "Accepted"), what="the Accepted condition")
+    assert (accepted["status"], accepted["reason"]) == ("False", "PodSecurityViolation")
+    assert "spec.pod.volumes[host].hostPath" in accepted["message"]
+    assert "spec.trainer.securityContext.runAsUser" in accepted["message"]
+    assert "set the operator's podSecurity to privileged first" in accepted["message"]
+    assert (cluster.trainingjob("rooted") or {})["status"]["phase"] == "Invalid"
+    assert job_of(cluster, "rooted") is None
+    assert cluster.get("v1", "Service", "rooted") is None
+
+
 def test_operator_restart_creates_nothing_twice(cluster: Cluster, operator: Operator) -> None:
     cluster.create(manifest())
     job = eventually(lambda: job_of(cluster, "bert"), what="the Job")

@@ -4,6 +4,7 @@ import pathlib
 
 import pytest
 
+from gpuwise.kube.pod_security import Level
 from gpuwise.operator.config import LiveSettings, SettingsError, load_settings
 
 
@@ -21,6 +22,7 @@ def test_file_and_flags(tmp_path: pathlib.Path) -> None:
         ("sidecar:\n  imagePullPolicy: Sometimes\n", "sidecar.imagePullPolicy: Input should be 'Always'"),
         ("resyncSeconds: -1\n", "resyncSeconds: Input should be greater than 0"),
         ("sidecarr: {}\n", "sidecarr: Extra inputs are not permitted"),
+        ("podSecurity: Restricted\n", "podSecurity: Input should be 'privileged', 'baseline' or 'restricted'"),
         ("- a list\n", "must hold a mapping, not list"),
         ("key: [unclosed\n", "cannot read settings file"),
     ],
@@ -83,3 +85,10 @@ def test_live_settings_look_at_the_file_at_most_once_per_interval(tmp_path: path
     live = LiveSettings(volume.path, load_settings(volume.path), check_seconds=3600)
     volume.update("actions:\n  enabled: false\n")
     assert live.current().actions.enabled, "not looked at again within the interval"
+
+
+def test_pod_security_is_restricted_unless_the_settings_loosen_it(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text("podSecurity: baseline\n")
+    assert load_settings(None).pod_security is Level.RESTRICTED
+    assert load_settings(path).pod_security is Level.BASELINE

@@ -108,6 +108,7 @@ namespaces:
   {{- else }} []
   {{- end }}
 resyncSeconds: {{ .Values.operator.resyncSeconds }}
+podSecurity: {{ .Values.podSecurity }}
 {{- with .Values.efficiency.prometheusUrl }}
 prometheusUrl: {{ . | quote }}
 {{- end }}

@@ -11,9 +11,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from gpuwise.api.base import PRESERVE_UNKNOWN, ApiModel, EnvVarName, Quantity, list_map
+from gpuwise.api.base import PRESERVE_UNKNOWN, ApiModel, EnvVarName, Quantity, cel, list_map
 
 
 class ObjectKeySelector(ApiModel):
@@ -111,3 +111,93 @@ EnvList = Annotated[list[EnvVar], Field(json_schema_extra=list_map("name"))]
 VolumeList = Annotated[list[Volume], Field(json_schema_extra=list_map("name"))]
 MountList = Annotated[list[VolumeMount], Field(json_schema_extra=list_map("mountPath"))]
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra=PRESERVE_UNKNOWN)]
+
+
+# --- security contexts: what a TrainingJob may say about how its pods run ------------------------
+# Only the fields a training pod needs. gpuwise fills in the Pod Security "restricted" defaults
+# where these say nothing, and the operator's `podSecurity` setting decides how far they may loosen
+# them (see gpuwise.kube.pod_security); the rest of core/v1's securityContext (SELinux, AppArmor,
+# sysctls, Windows options) cannot be set, so it needs no policy.
+
+
+class SeccompProfileType(StrEnum):
+    RUNTIME_DEFAULT = "RuntimeDefault"
+    LOCALHOST = "Localhost"
+    UNCONFINED = "Unconfined"
+
+
+class SeccompProfile(ApiModel):
+    type: SeccompProfileType
+    localhost_profile: str | None = Field(
+        default=None, min_length=1, description="The profile's path under the kubelet's seccomp directory."
+    )
+
+    @model_validator(mode="after")
+    def _profile_with_localhost(self) -> SeccompProfile:
+        if (self.type is SeccompProfileType.LOCALHOST) != (self.localhost_profile is not None):
+            raise ValueError("localhostProfile is set with type Localhost, and only then")
+        return self
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(
+            "(self.type == 'Localhost') == has(self.localhostProfile)",
+            "localhostProfile is set with type Localhost, and only then",
+        )
+    )
+
+
+Capability = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z_]*$", max_length=64)]
+
+
+class Capabilities(ApiModel):
+    add: list[Capability] | None = None
+    drop: list[Capability] | None = Field(default=None, description="gpuwise drops ALL unless this says otherwise.")
+
+
+class SecurityContext(ApiModel):
+    """The trainer container's securityContext; unset fields get gpuwise's restricted defaults."""
+
+    run_as_user: int | None = Field(
+        default=None, ge=0, description="UID of the trainer; images that run as root need a non-zero one here."
+    )
+    run_as_group: int | None = Field(default=None, ge=0)
+    run_as_non_root: bool | None = None
+    allow_privilege_escalation: bool | None = Field(
+        default=None, description="gpuwise sets false unless privileged or SYS_ADMIN asks for it."
+    )
+    privileged: bool | None = None
+    read_only_root_filesystem: bool | None = None
+    capabilities: Capabilities | None = None
+    seccomp_profile: SeccompProfile | None = None
+
+    @model_validator(mode="after")
+    def _escalation_fits_privileged(self) -> SecurityContext:
+        if self.allow_privilege_escalation is False and self.privileged:
+            raise ValueError("allowPrivilegeEscalation cannot be false in a privileged container: remove one of them")
+        return self
+
+
+class FsGroupChangePolicy(StrEnum):
+    ON_ROOT_MISMATCH = "OnRootMismatch"
+    ALWAYS = "Always"
+
+
+class PodSecurityContext(ApiModel):
+    """The worker pods' securityContext; it applies to gpuwise's sidecar too, hence no root UID here."""
+
+    run_as_user: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "UID of every container without its own; not 0: the sidecar runs as non-root "
+            "(set 0 in spec.trainer.securityContext instead)."
+        ),
+    )
+    run_as_group: int | None = Field(default=None, ge=0)
+    run_as_non_root: bool | None = Field(default=None, description="gpuwise sets true unless this says otherwise.")
+    fs_group: int | None = Field(default=None, ge=0)
+    fs_group_change_policy: FsGroupChangePolicy | None = None
+    supplemental_groups: list[Annotated[int, Field(ge=0)]] | None = None
+    seccomp_profile: SeccompProfile | None = Field(
+        default=None, description="gpuwise sets RuntimeDefault unless this says otherwise."
+    )

@@ -31,8 +31,10 @@ from gpuwise.api.core import (
     FreeForm,
     MountList,
     NamedReference,
+    PodSecurityContext,
     PullPolicy,
     ResourceRequirements,
+    SecurityContext,
     Toleration,
     VolumeList,
 )
@@ -83,6 +85,11 @@ class Trainer(ApiModel):
         default=None,
         description="Size of a memory-backed /dev/shm; DataLoader workers need more than the default.",
     )
+    security_context: SecurityContext | None = Field(
+        default=None,
+        description="The trainer's securityContext, over gpuwise's restricted defaults; the operator's podSecurity "
+        "setting says how far it may loosen them.",
+    )
 
 
 class PodSettings(ApiModel):
@@ -99,6 +106,11 @@ class PodSettings(ApiModel):
     priority_class_name: str | None = None
     scheduler_name: str | None = None
     runtime_class_name: str | None = None
+    security_context: PodSecurityContext | None = Field(
+        default=None,
+        description="The pods' securityContext, over gpuwise's restricted defaults; the operator's podSecurity "
+        "setting says how far it may loosen them.",
+    )
 
 
 class RunPolicy(ApiModel):

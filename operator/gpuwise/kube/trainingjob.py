@@ -32,7 +32,8 @@ NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 class SpecProblem:
     """Why the current spec is not what runs: a reason and a message naming the field."""
 
-    reason: str  # InvalidSpec | ImmutableFieldChanged | OwnershipConflict | JobRejected
+    # InvalidSpec | ImmutableFieldChanged | OwnershipConflict | JobRejected | SpecTooLarge | PodSecurityViolation
+    reason: str
     message: str
 
 

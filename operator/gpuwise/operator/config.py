@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.api.base import ApiModel
 from gpuwise.api.core import PullPolicy, ResourceRequirements
+from gpuwise.kube.pod_security import Level
 
 logger: Final = logging.getLogger(__name__)
 
@@ -51,6 +52,11 @@ class OperatorSettings(ApiModel):
     )
     actions: ActionSettings = Field(
         default_factory=ActionSettings, description="Guardrails of Enforce mode: budgets, cooldowns, dry run."
+    )
+    pod_security: Level = Field(
+        default=Level.RESTRICTED,
+        description="The Pod Security level TrainingJobs' pods must pass: how far a spec may loosen gpuwise's "
+        "restricted defaults. A job whose pods would break it gets no Job, and Accepted=False.",
     )
 
 

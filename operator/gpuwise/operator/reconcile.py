@@ -113,6 +113,8 @@ async def ensure_workload(
     job = workload.render_job(owner, spec, ctx.settings.sidecar, overrides)
     if (too_large := workload.annotations_too_large(job)) is not None:
         return None, SpecProblem("SpecTooLarge", too_large)  # refused for certain: create nothing
+    if (refused := workload.pod_security_refusal(job, ctx.settings.pod_security)) is not None:
+        return None, SpecProblem("PodSecurityViolation", refused)  # the operator's setting forbids it
     try:
         await ctx.kube.create(workload.render_service(owner))
         created = await ctx.kube.create(job)

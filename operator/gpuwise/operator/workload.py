@@ -6,6 +6,10 @@ a cluster and is the same whether called at creation or at a resync.
 Pods of an Indexed Job with `subdomain` set get stable DNS names `<job>-<index>.<service>`, so
 worker 0 is the rendezvous host and every pod learns its node rank from its completion index.
 The environment is the one torchrun and Kubeflow's PyTorchJob users expect.
+
+Pods pass the Pod Security "restricted" level where the spec says nothing about security: gpuwise
+fills in the defaults, and `pod_security_refusal()` holds back a Job whose spec loosens them further
+than the operator's `podSecurity` setting allows, naming the spec's fields.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from typing import Any, Final
 
 from gpuwise import wiring
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import TrainingJobSpec
-from gpuwise.kube import job_overrides
+from gpuwise.api.trainingjob import PodSettings, Trainer, TrainingJobSpec
+from gpuwise.kube import job_overrides, pod_security
 from gpuwise.operator.config import SidecarSettings
 from gpuwise.operator.inject import JsonDict, inject_sidecar
 
@@ -27,6 +31,8 @@ SHM_VOLUME: Final = "gpuwise-shm"
 IMMUTABLE_SECTIONS: Final = ("trainer", "pod", "telemetry")
 ANNOTATION_APPLIED_SPEC: Final = f"{wiring.API_GROUP}/applied-spec"
 RENDEZVOUS_PORT_NAME: Final = "rendezvous"
+# The API server refuses allowPrivilegeEscalation: false beside these: gpuwise leaves it unset then.
+_ESCALATING_CAPABILITIES: Final = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN"})
 
 
 def labels(name: str) -> dict[str, str]:
@@ -64,6 +70,27 @@ def rendezvous_env(name: str, namespace: str, spec: TrainingJobSpec) -> list[Jso
     ]
 
 
+def pod_security_context(pod: PodSettings) -> JsonDict:
+    """The spec's pod securityContext over the restricted defaults, field by field."""
+    defaults: JsonDict = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    return {**defaults, **(pod.security_context.to_k8s() if pod.security_context else {})}
+
+
+def trainer_security_context(trainer: Trainer) -> JsonDict:
+    """The spec's trainer securityContext over the restricted defaults, field by field.
+
+    `capabilities.add` alone keeps the default `drop: [ALL]`. A privileged trainer, or one adding
+    SYS_ADMIN, gets no allowPrivilegeEscalation default: the API server refuses false beside them.
+    """
+    user = trainer.security_context.to_k8s() if trainer.security_context else {}
+    capabilities = {"drop": ["ALL"], **user.get("capabilities", {})}
+    context: JsonDict = {"allowPrivilegeEscalation": False, **user, "capabilities": capabilities}
+    escalating = user.get("privileged") or _ESCALATING_CAPABILITIES & set(capabilities.get("add", []))
+    if escalating and "allowPrivilegeEscalation" not in user:
+        del context["allowPrivilegeEscalation"]
+    return context
+
+
 def _trainer_container(name: str, namespace: str, spec: TrainingJobSpec) -> JsonDict:
     trainer = spec.trainer
     user_env = [env.to_k8s() for env in trainer.env]
@@ -77,6 +104,7 @@ def _trainer_container(name: str, namespace: str, spec: TrainingJobSpec) -> Json
         "resources": trainer.resources_per_node.to_k8s(),
         "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": wiring.MASTER_PORT, "protocol": "TCP"}],
         "volumeMounts": [m.to_k8s() for m in trainer.volume_mounts],
+        "securityContext": trainer_security_context(trainer),
     }
     optional = {
         "imagePullPolicy": trainer.image_pull_policy.value if trainer.image_pull_policy else None,
@@ -99,6 +127,7 @@ def pod_spec(name: str, namespace: str, spec: TrainingJobSpec, sidecar: SidecarS
     rendered: JsonDict = {
         "restartPolicy": "Never",
         "subdomain": name,
+        "securityContext": pod_security_context(pod),
         "containers": [_trainer_container(name, namespace, spec)],
         "volumes": volumes,
     }
@@ -139,6 +168,28 @@ def annotations_too_large(obj: JsonDict) -> str | None:
         f"trainer, pod and telemetry sections ({ANNOTATION_APPLIED_SPEC}); move large values (long env values, "
         "inline scripts) into a ConfigMap or Secret and refer to it"
     )
+
+
+def pod_security_refusal(job: JsonDict, level: pod_security.Level) -> str | None:
+    """Why `level` (the operator's podSecurity setting) refuses the Job's pods, naming the spec's fields; or None."""
+    template = job["spec"]["template"]
+    found = pod_security.violations(template["spec"], level, template["metadata"].get("annotations"))
+    if not found:
+        return None
+    problems = "; ".join(f"{_spec_field(v)}: {v.problem} (podSecurity {v.needs.value} allows it)" for v in found)
+    return (
+        f"the operator's podSecurity level is {level.value}, and the pods would break it: {problems}. Change the "
+        f"spec, or have the platform team set the operator's podSecurity to {pod_security.needed(found).value} first"
+    )
+
+
+def _spec_field(violation: pod_security.Violation) -> str:
+    """Where a violation comes from in the TrainingJob: the trainer's fields, the pod's, or gpuwise's own."""
+    if violation.container == TRAINER_CONTAINER:
+        return f"spec.trainer.{violation.field}"
+    if violation.container is None:
+        return "spec.pod." + violation.field.removeprefix("metadata.")
+    return f"{violation.field} of gpuwise's {violation.container} container"
 
 
 def immutable_part(spec: TrainingJobSpec) -> JsonDict:
