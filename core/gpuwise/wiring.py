@@ -57,6 +57,9 @@ ENV_SOCKET: Final = "GPUWISE_SOCKET"
 ENV_INSTRUMENT: Final = "GPUWISE_INSTRUMENT"  # "auto" | "manual" | "disabled"
 # Set on the trainer: the downward-API file that holds the pending checkpoint request id (or nothing).
 ENV_CHECKPOINT_REQUEST_FILE: Final = "GPUWISE_CHECKPOINT_REQUEST_FILE"
+# The checkpoint the trainer acknowledged before gpuwise last stopped the job (set on the restarted
+# or resumed trainer when the acknowledgement named a path): where to resume from.
+ENV_RESUME_FROM: Final = "GPUWISE_RESUME_FROM"
 # Set on the trainer: the directory where it says which GPUs are the pod's (POD_GPUS_DIR).
 ENV_POD_GPUS_DIR: Final = "GPUWISE_POD_GPUS_DIR"
 

@@ -14,23 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from gpuwise.act.checkpoint import Acks
+from gpuwise.act.checkpoint import Ack, Acks
 from gpuwise.prometheus.client import Prometheus as Source
 from tests.support.prometheus import AVAILABLE, Prometheus, running
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(not AVAILABLE, reason="needs prometheus (make system-deps)")]
 
-ACKS = [  # (job, worker, request id, unix time acknowledged)
-    ("bert", 1, "only-worker-1", 1795000000),
-    ("bert", 0, "both", 1795000100),
-    ("bert", 1, "both", 1795000050),
-    ("gpt", 0, "only-worker-1", 1795000200),
+ACKS = [  # (job, worker, request id, unix time acknowledged, checkpoint path)
+    ("bert", 1, "only-worker-1", 1795000000, "/ckpt/w1.pt"),
+    ("bert", 0, "both", 1795000100, "/ckpt/step-400.pt"),
+    ("bert", 1, "both", 1795000050, "/ckpt/w1.pt"),
+    ("gpt", 0, "only-worker-1", 1795000200, ""),
 ]
 EXPOSITION = b"# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + b"".join(
     f'gpuwise_checkpoint_ack_timestamp_seconds{{namespace="ml",pod="{job}-{worker}-x",trainingjob="{job}",'
-    f'worker="{worker}",request_id="{request}"}} {at}\n'.encode()
-    for job, worker, request, at in ACKS
+    f'worker="{worker}",request_id="{request}",path="{path}"}} {at}\n'.encode()
+    for job, worker, request, at, path in ACKS
 )
 
 
@@ -67,7 +67,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
 async def test_only_worker_0_acknowledges(prometheus: Prometheus, tmp_path: Path) -> None:
     acks = Acks(Source(prometheus.url), cycle_seconds=30)
     assert await acks.acknowledged("ml", "bert", "only-worker-1") is None, "worker 1 alone: no checkpoint to resume"
-    assert await acks.acknowledged("ml", "bert", "both") == 1795000100, "worker 0's own time, not worker 1's"
-    assert await acks.acknowledged("ml", "gpt", "only-worker-1") == 1795000200, "each job's own acks"
+    assert await acks.acknowledged("ml", "bert", "both") == Ack(1795000100, "/ckpt/step-400.pt"), "worker 0's own"
+    assert await acks.acknowledged("ml", "gpt", "only-worker-1") == Ack(1795000200, ""), "each job's own acks"
     assert await acks.acknowledged("ml", "bert", "never") is None
     assert acks.fetches == 1, "one query a cycle, whatever is asked"

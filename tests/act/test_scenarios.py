@@ -9,6 +9,7 @@ in the middle, a change that made the job slower.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
@@ -225,7 +226,10 @@ def test_a_change_that_made_the_job_slower_is_reverted_and_not_made_again(
         f"AdjustConfig {waiting['id']} {state}" for state in ("RolledBack", "WaitingForCheckpoint")
     ]
     tj = cluster.trainingjob("bert") or {}
-    assert wiring.API_GROUP + "/overrides" not in (tj["metadata"].get("annotations") or {})
+    overrides = json.loads((tj["metadata"].get("annotations") or {})[wiring.API_GROUP + "/overrides"])
+    revert_checkpoint = f"/checkpoints/{waiting['id']}-revert.pt"
+    assert overrides == {"resumeFrom": revert_checkpoint}, "the spec's configuration, from the revert's checkpoint"
+    assert env_of(job_of(cluster, "bert") or {}).get(wiring.ENV_RESUME_FROM) == revert_checkpoint
 
     # The cooldown (1 s) is over and more DataLoader workers are still recommended: not tried again.
     (refused,) = eventually(lambda: events(cluster, "ActionNotTaken", "bert"), timeout=20, what="ActionNotTaken")

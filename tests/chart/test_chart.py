@@ -270,10 +270,11 @@ def test_the_operator_takes_only_the_actions_its_rbac_allows() -> None:
         raw = yaml.safe_load(one(render(values), "ConfigMap", "gw-gpuwise-settings")["data"]["settings.yaml"])
         return [kind.value for kind in OperatorSettings.model_validate(raw).actions.kinds]
 
-    assert kinds({"actions": {"enforce": True}}) == ["AdjustConfig", "Reschedule"]
-    assert kinds({"actions": {"enforce": True, "pack": True}}) == ["AdjustConfig", "Reschedule", "Pack"]
+    restarts = ["AdjustConfig", "Reschedule", "Suspend"]  # what enforce grants (Job delete, TrainingJob patch)
+    assert kinds({"actions": {"enforce": True}}) == restarts
+    assert kinds({"actions": {"enforce": True, "pack": True}}) == [*restarts, "Pack"]
     everything = {"enforce": True, "migRepartition": True, "pack": True}
-    assert kinds({"actions": everything}) == ["AdjustConfig", "Reschedule", "MigRepartition", "Pack"]
+    assert kinds({"actions": everything}) == [*restarts, "MigRepartition", "Pack"]
 
 
 def test_node_actions_evict_in_every_namespace_even_when_watching_a_few() -> None:

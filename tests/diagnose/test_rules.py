@@ -291,6 +291,18 @@ def test_idle_job_gets_only_the_idle_finding() -> None:
     assert found["Idle"][0].message == "No training step for 30 minutes while 1 GPU(s) stay allocated."
 
 
+def test_an_idle_job_that_made_steps_is_recommended_suspend_and_told_when() -> None:
+    _, recommendation = run(window(seconds_since_last_step=2880.0, gpu_utilization=[1.0] * 60, gpus=4))["Idle"]
+    assert recommendation is not None and recommendation.action == "Suspend"
+    assert recommendation.changes == {"idleSeconds": "2880"}, "Suspend acts on how long, at the time it acts"
+    assert "this one would be in 12 minutes" in recommendation.message, "1 h by default, 48 min idle"
+    assert recommendation.expected_effect == "4 GPU(s) free for other jobs"
+    late = run(window(seconds_since_last_step=4000.0, gpu_utilization=[1.0] * 60))["Idle"][1]
+    assert late is not None and "this one would be now" in late.message
+    evaluating = window(seconds_since_last_step=2880.0, gpu_utilization=[80.0] * 60)
+    assert "Idle" not in run(evaluating), "no step, but its GPUs are busy (an evaluation pass): not idle"
+
+
 def test_a_job_that_never_made_a_step_is_idle_once_it_has_had_the_time() -> None:
     # No last-step series at all; its sidecar reports its 2 GPUs, barely used.
     never = {"seconds_since_last_step": None, "data_wait_fraction": [], "gpu_utilization": [2.0] * 60, "gpus": 2}

@@ -41,8 +41,10 @@ def found(kind: str, **changes: Any) -> bool:
         ("NoMixedPrecision", FP32, "tensor_activity", 0.09, 0.11),
         # ...on compute capability 7.0 and later.
         ("NoMixedPrecision", FP32, "compute_capability", (7, 0), (6, 1)),
-        # Idle: no step for 10 minutes.
-        ("Idle", {}, "seconds_since_last_step", 601.0, 599.0),
+        # Idle: no step for 10 minutes...
+        ("Idle", {"gpu_utilization": [5.0] * 60}, "seconds_since_last_step", 601.0, 599.0),
+        # ...and the GPUs under the utilization threshold (not an evaluation pass between steps).
+        ("Idle", {"seconds_since_last_step": 700.0}, "gpu_utilization", [49.5] * 60, [50.5] * 60),
     ],
 )
 def test_each_threshold_just_under_and_just_over(

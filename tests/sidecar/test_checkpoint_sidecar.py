@@ -12,7 +12,7 @@ from pathlib import Path
 from gpuwise.instrument import wire
 from gpuwise.instrument.checkpoint import Checkpoints
 from gpuwise.instrument.sender import Sender
-from gpuwise.sidecar.checkpoints import MAX_REQUESTS
+from gpuwise.sidecar.checkpoints import MAX_PATH, MAX_REQUESTS, CheckpointAcks
 from tests.sidecar.support import Series, environment, select, sidecar
 from tests.support.waiting import eventually, get
 
@@ -39,7 +39,7 @@ def test_the_sidecar_exports_the_latest_acknowledgements(short_tmp: Path) -> Non
         before = time.time()
         requests.poll()
         answered = eventually(lambda: select(side.scrape(), ACK, request_id="resize-0"), timeout=10)
-        assert answered[0].labels == {**JOB, "request_id": "resize-0"}
+        assert answered[0].labels == {**JOB, "request_id": "resize-0", "path": "/ckpt/step-00000400.pt"}
         assert before <= answered[0].value <= time.time()
 
         def send(ack: wire.CheckpointAck) -> None:
@@ -69,3 +69,11 @@ def test_the_sidecar_exports_the_latest_acknowledgements(short_tmp: Path) -> Non
                 ["promtool", "check", "metrics"], input=family[0], capture_output=True, text=True, check=False
             )
             assert (check.returncode, check.stdout + check.stderr) == (0, "")
+
+
+def test_an_acknowledgement_keeps_its_first_path_and_no_path_too_long_to_be_whole() -> None:
+    acks = CheckpointAcks()
+    assert acks.record(wire.CheckpointAck(7, 0, 0, "a", "/ckpt/a.pt"), now=10.0)
+    assert not acks.record(wire.CheckpointAck(9, 0, 0, "a", "/ckpt/other.pt"), now=20.0), "a restarted process"
+    assert acks.record(wire.CheckpointAck(7, 0, 0, "b", "/x" * MAX_PATH), now=30.0)
+    assert acks.latest() == [("a", 10.0, "/ckpt/a.pt"), ("b", 30.0, "")], "a cut path would name another file"

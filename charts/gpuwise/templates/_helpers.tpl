@@ -116,9 +116,9 @@ evaluationSeconds: {{ .Values.efficiency.evaluationSeconds }}
 statusRefreshSeconds: {{ .Values.efficiency.statusRefreshSeconds }}
 actions:
   enabled: {{ .Values.actions.enforce }}
-  # The actions this install's RBAC allows: AdjustConfig and Reschedule restart a job, which
-  # enforce grants; the node-side ones need their own switch.
-  kinds: [AdjustConfig, Reschedule
+  # The actions this install's RBAC allows: AdjustConfig, Reschedule and Suspend restart or stop a
+  # job, which enforce grants; the node-side ones need their own switch.
+  kinds: [AdjustConfig, Reschedule, Suspend
     {{- if .Values.actions.migRepartition }}, MigRepartition{{ end }}
     {{- if .Values.actions.pack }}, Pack{{ end }}]
   dryRun: {{ .Values.actions.dryRun }}

@@ -30,6 +30,7 @@ class ActionKind(StrEnum):
     MIG_REPARTITION = "MigRepartition"
     RESCHEDULE = "Reschedule"
     PACK = "Pack"
+    SUSPEND = "Suspend"
 
 
 # The `changes` keys of a recommendation that the actions read besides the tunables' variables:
@@ -40,3 +41,4 @@ SHARE_CHANGE: Final = "share"  # how Pack shares a GPU: TIME_SLICING
 GPU_SHARE_CHANGE: Final = "gpuShare"  # the share of one GPU the job needs, 0-1
 GPU_CLASS_CHANGE: Final = "gpuClass"  # the GPU class Reschedule moves a job to (the operator's `actions.gpuClasses`)
 TIME_SLICING: Final = "time-slicing"
+IDLE_SECONDS_CHANGE: Final = "idleSeconds"  # how long an Idle job has been idle: Suspend acts once it is long enough

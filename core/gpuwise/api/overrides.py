@@ -53,6 +53,12 @@ class JobOverrides(ApiModel):
     remove_resources: list[ResourceName] = Field(
         default_factory=list, description="Trainer resources dropped from requests and limits, e.g. nvidia.com/gpu."
     )
+    resume_from: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="The checkpoint the trainer acknowledged before gpuwise's last restart (its path, as the trainer "
+        "gave it): the trainer gets it as GPUWISE_RESUME_FROM.",
+    )
     suspend: bool = Field(default=False, description="Hold the Job suspended while an action prepares nodes for it.")
 
     @field_validator("env")

@@ -175,6 +175,22 @@ class Tunables(ApiModel):
     )
 
 
+class IdleReclaim(ApiModel):
+    """When gpuwise gives an idle job's GPUs back (the `Suspend` action, in Enforce mode)."""
+
+    after: Duration = Field(
+        default="1h",
+        description="How long the job must stay Idle (no step and no GPU activity) before it is suspended.",
+        max_length=32,
+        json_schema_extra={"pattern": DURATION_PATTERN},
+    )
+    allow_without_checkpoint: bool = Field(
+        default=False,
+        description="Suspend it even without the checkpoint handshake (spec.checkpoint.enabled false): "
+        "progress since its own last checkpoint is lost.",
+    )
+
+
 class Efficiency(ApiModel):
     mode: EfficiencyMode = EfficiencyMode.RECOMMEND
     window: Duration = Field(
@@ -194,6 +210,9 @@ class Efficiency(ApiModel):
         default_factory=list, description="Actions gpuwise may take in Enforce mode."
     )
     tunables: Tunables = Field(default_factory=Tunables)
+    idle: IdleReclaim = Field(
+        default_factory=IdleReclaim, description="Suspend an idle job to free its GPUs (with Suspend in actions)."
+    )
 
     @field_validator("window")
     @classmethod

@@ -18,6 +18,7 @@ from typing import Final
 
 from gpuwise.api.kinds import (
     GPU_SHARE_CHANGE,
+    IDLE_SECONDS_CHANGE,
     MIG_PROFILE_CHANGE,
     MIG_RESOURCE_CHANGE,
     SHARE_CHANGE,
@@ -62,6 +63,7 @@ class DiagnosisThresholds:
     memory_headroom: float = 0.5  # below this share of GPU memory used, the batch can grow
     safe_memory_fraction: float = 0.85  # grow the batch up to this share of GPU memory
     idle_seconds: float = 600.0  # GPUs allocated but no step for this long
+    suspend_after_seconds: float = 3600.0  # Suspend frees an Idle job's GPUs once idle this long (spec.efficiency.idle)
     tensor_activity: float = 0.1  # below this, tensor cores are not being used
     persistent_slowdown: float = 1.1  # a worker steadily this much slower than its peers is worth a note
     oversized_activity: float = 0.3  # below this compute activity (0-1) a whole GPU is more than the job needs
@@ -122,24 +124,32 @@ Diagnosis = tuple[Finding, Recommendation | None]
 
 
 def idle(ctx: RuleContext) -> Diagnosis | None:
-    """GPUs allocated, no training step for a long time: the job holds hardware it does not use.
+    """GPUs allocated, no training step and no GPU activity for a long time: the job holds hardware
+    it does not use.
 
     A job that never made a step has no last-step series at all (the sidecar exports it from the
     first step on), nor any other series a step makes (data wait, step times): it is idle once it
     has been running `idle_seconds`, its sidecars report its GPUs, and their utilization stayed
     under the job's threshold over the window. The utilization keeps a job whose trainer does not
     report steps (instrumentation `Disabled`, or `Manual` without the call) but trains from being
-    called idle.
+    called idle, and a job that stopped stepping but keeps its GPUs busy (an evaluation pass, a
+    long save) too. Start-up is not idleness: `grace_seconds` after the job started, and without
+    GPUs reported, nothing is said.
+
+    The recommendation is `Suspend`: in Enforce mode, with the action listed, gpuwise takes it once
+    the job has been idle for `spec.efficiency.idle.after` (`suspend_after_seconds`). Only for a job
+    that has made steps: one that never did may be waiting on its first rendezvous or loading its
+    dataset, which no figure tells apart from a stuck one.
     """
     w, t = ctx.window, ctx.thresholds
     if w.job_age_seconds < ctx.sustain.grace_seconds:
         return None
     quiet = w.seconds_since_last_step
+    if quiet is None and (w.data_wait_fraction or w.worker_step_seconds):
+        return None  # it steps (a last-step series missing from an older sidecar)
+    if not w.gpus or not ctx.sustained(FindingKind.IDLE, w.gpu_utilization, below(t.gpu_utilization)):
+        return None  # no GPU reported, or they are busy
     if quiet is None:
-        if w.data_wait_fraction or w.worker_step_seconds or not w.gpus:
-            return None  # it steps (a last-step series missing from an older sidecar), or no GPU is reported
-        if not ctx.sustained(FindingKind.IDLE, w.gpu_utilization, below(t.gpu_utilization)):
-            return None
         quiet = w.job_age_seconds
         what = f"No training step since the job started {quiet / 60:.0f} minutes ago"
     else:
@@ -155,7 +165,20 @@ def idle(ctx: RuleContext) -> Diagnosis | None:
         gpus=w.gpus,
         gpuUtilization=w.mean(w.gpu_utilization),
     )
-    return finding, None
+    if w.seconds_since_last_step is None:
+        return finding, None  # never stepped: start-up (rendezvous, data, compilation) or stuck, for a human to tell
+    left = t.suspend_after_seconds - quiet
+    when = f"in {left / 60:.0f} minutes" if left > 0 else "now"
+    recommendation = Recommendation(
+        action=ActionKind.SUSPEND,
+        finding=FindingKind.IDLE,
+        message=f"Suspend the job to give its {w.gpus} GPU(s) back, after a checkpoint; it resumes from it when "
+        f"spec.runPolicy.suspend is set back to false. Idle jobs are suspended after "
+        f"{t.suspend_after_seconds / 60:.0f} minutes (spec.efficiency.idle.after): this one would be {when}.",
+        changes={IDLE_SECONDS_CHANGE: f"{quiet:.0f}"},
+        expected_effect=f"{w.gpus} GPU(s) free for other jobs",
+    )
+    return finding, recommendation
 
 
 def input_bound(ctx: RuleContext) -> Diagnosis | None:

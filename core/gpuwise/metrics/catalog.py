@@ -287,10 +287,10 @@ CHECKPOINT_ACK: Final = Metric(
     "gpuwise_checkpoint_ack_timestamp_seconds",
     _G,
     "seconds",
-    "Unix time at which the training process acknowledged gpuwise's checkpoint request request_id "
-    "(the last few requests are kept).",
+    "Unix time at which the training process acknowledged gpuwise's checkpoint request request_id, "
+    "with the checkpoint's path when the trainer gave one (the last few requests are kept).",
     Scope.SIDECAR,
-    ("request_id",),
+    ("request_id", "path"),
 )
 
 # --- the operator's view of each running TrainingJob (its /metrics, from the evaluation) ---------

@@ -5,7 +5,9 @@
   `GPUWISE_CHECKPOINT_REQUEST_FILE`; the kubelet refreshes such files within about a minute, so
   `spec.checkpoint.timeoutSeconds` must allow for that on top of the time a checkpoint takes.
 - **Acknowledgement**: the training process (gpuwise.instrument) checkpoints at a step boundary
-  and tells its sidecar, which exports `gpuwise_checkpoint_ack_timestamp_seconds{request_id}`.
+  and tells its sidecar, which exports `gpuwise_checkpoint_ack_timestamp_seconds{request_id, path}`
+  (the checkpoint's path when the trainer gave one: the restarted trainer gets it as
+  GPUWISE_RESUME_FROM).
   Worker 0 holds global rank 0, which writes the checkpoint in the usual torch.distributed
   pattern, so its acknowledgement is the one that counts.
 - One Prometheus query per cycle answers for every job waiting (`Acks`).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from gpuwise import wiring
@@ -30,7 +33,15 @@ from gpuwise.prometheus.labels import JobKey, job_key
 
 ACK_WORKER: Final = "0"
 _ACKS_OF_WORKER_0: Final = sel(catalog.CHECKPOINT_ACK, f'worker="{ACK_WORKER}"')
-ACK_QUERY: Final = f"max by (namespace, trainingjob, request_id) ({_ACKS_OF_WORKER_0})"
+ACK_QUERY: Final = f"max by (namespace, trainingjob, request_id, path) ({_ACKS_OF_WORKER_0})"
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Worker 0's acknowledgement of a checkpoint request: when, and the checkpoint's path ("": none given)."""
+
+    at: float
+    path: str = ""
 
 
 def _pending(pod: Mapping[str, Any]) -> str | None:
@@ -66,16 +77,20 @@ class Acks:
         self.source = source
         self._answers = PerCycle(self._read, cycle_seconds)
 
-    async def _read(self) -> dict[JobKey, dict[str, float]]:
+    async def _read(self) -> dict[JobKey, dict[str, Ack]]:
         result = await asyncio.to_thread(self.source.instant, ACK_QUERY, time.time())
-        acks: dict[JobKey, dict[str, float]] = {}
+        acks: dict[JobKey, dict[str, Ack]] = {}
         for sample in result:
             labels = sample["metric"]
-            acks.setdefault(job_key(labels), {})[labels.get("request_id", "")] = float(sample["value"][1])
+            ack = Ack(float(sample["value"][1]), labels.get("path", ""))
+            known = acks.setdefault(job_key(labels), {})
+            request = labels.get("request_id", "")
+            if request not in known or known[request].at < ack.at:  # re-sent after a sidecar restart: the latest
+                known[request] = ack
         return acks
 
-    async def acknowledged(self, namespace: str, name: str, request_id: str) -> float | None:
-        """Unix time at which worker 0 acknowledged `request_id`, or None."""
+    async def acknowledged(self, namespace: str, name: str, request_id: str) -> Ack | None:
+        """Worker 0's acknowledgement of `request_id`, or None."""
         return (await self._answers.get()).get((namespace, name), {}).get(request_id)
 
     @property

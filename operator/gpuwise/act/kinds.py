@@ -7,5 +7,6 @@ from gpuwise.act.machine import Action
 from gpuwise.act.mig_repartition import MIG_REPARTITION
 from gpuwise.act.pack import PACK
 from gpuwise.act.reschedule import RESCHEDULE
+from gpuwise.act.suspend import SUSPEND
 
-AVAILABLE: tuple[Action, ...] = (ADJUST_CONFIG, RESCHEDULE, MIG_REPARTITION, PACK)
+AVAILABLE: tuple[Action, ...] = (ADJUST_CONFIG, RESCHEDULE, MIG_REPARTITION, PACK, SUSPEND)

@@ -142,6 +142,9 @@ class Action:
     # Whether `prepare` works on nodes while the job is stopped: the new Job is then created
     # suspended (overrides.suspend) and released once `prepare` says ready.
     prepares_nodes: ClassVar[bool] = False
+    # Whether the job's throughput is measured once it runs again (Verifying, `verify`); without,
+    # the action is Done as soon as the change is applied, with `done`'s reason and message.
+    verifies: ClassVar[bool] = True
 
     def plan(self, job: JobView, recommendation: Recommendation, settings: ActionSettings) -> Plan | Refusal:
         """What the recommendation would change, from its arguments alone (the cluster is `admit`'s):
@@ -161,6 +164,10 @@ class Action:
     async def undo(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         """Take back what `prepare` did, on failure or revert, while the job is held (node-side)."""
         return READY
+
+    def done(self, record: ActionRecord) -> tuple[str, str]:
+        """The reason and message of the Done transition of a kind that `verifies` nothing."""
+        return "Applied", record.message
 
     def verify(self, record: ActionRecord, settings: ActionSettings) -> Verdict:
         """Keep the change unless it made the job measurably slower (see `compare`)."""

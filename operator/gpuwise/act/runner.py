@@ -23,7 +23,7 @@ import kopf
 
 from gpuwise.act import checkpoint, guardrails
 from gpuwise.act.action_settings import ActionSettings
-from gpuwise.act.checkpoint import Acks
+from gpuwise.act.checkpoint import Ack, Acks
 from gpuwise.act.guardrails import ACTIONS_DISABLED
 from gpuwise.act.machine import (
     WORSE,
@@ -89,6 +89,15 @@ def trimmed(records: list[ActionRecord]) -> list[ActionRecord]:
 def _entered(record: ActionRecord, state: ActionState) -> datetime:
     """When the record last entered `state` (its history; the last update if trimmed away)."""
     return next((t.at for t in reversed(record.history) if t.state is state), record.updated_at)
+
+
+def _resume(record: ActionRecord, ack: Ack) -> dict[str, Any]:
+    """The record's update that makes the job it restarts into resume from the checkpoint `ack`
+    names: the target overrides (the previous ones when reverting) with `resumeFrom`. None given:
+    the trainer finds its checkpoint itself, and no older path is handed on."""
+    field = "overrides_before" if record.reverting else "overrides_target"
+    target = getattr(record, field) or job_overrides.NONE
+    return {field: target.model_copy(update={"resume_from": ack.path or None})}
 
 
 def _started(body: Mapping[str, Any]) -> datetime | None:
@@ -410,7 +419,12 @@ class Runner:
         await checkpoint.request(self.kube, job.pods, rid)  # pods that appeared since
         acked = await self.acks.acknowledged(job.namespace, job.name, rid)
         if acked is not None:
-            record = record.model_copy(update={"checkpoint_acknowledged_at": datetime.fromtimestamp(int(acked), UTC)})
+            record = record.model_copy(
+                update={
+                    "checkpoint_acknowledged_at": datetime.fromtimestamp(int(acked.at), UTC),
+                    **_resume(record, acked),
+                }
+            )
             what = "the previous configuration" if record.reverting else "the new configuration"
             message = f"Worker 0 acknowledged checkpoint request {rid}; restarting the job with {what}."
             return transition(record, ActionState.APPLYING, "CheckpointAcknowledged", message, at)
@@ -472,6 +486,9 @@ class Runner:
             reason = record.details.get("failure", "Reverted")
             message = f"The job runs with its previous configuration again ({reason})."
             return transition(record, ActionState.ROLLED_BACK, reason, message, at)
+        if not action.verifies:
+            reason, message = action.done(record)
+            return transition(record, ActionState.DONE, reason, message, at)
         window = self.settings.verify_window
         message = f"The job restarted with the new configuration; measuring it for {window} once it runs."
         return transition(record, ActionState.VERIFYING, "JobRestarted", message, at)

@@ -123,6 +123,8 @@ def render(pod_spec: JsonDict, container_name: str, overrides: JobOverrides) -> 
     for container in pod.get("containers") or []:
         if container.get("name") == container_name:
             _set_env(container, overrides.env)
+            if overrides.resume_from is not None:
+                _set_env(container, {wiring.ENV_RESUME_FROM: overrides.resume_from})
             _set_resources(container, overrides)
     if overrides.node_selector:
         pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **overrides.node_selector}

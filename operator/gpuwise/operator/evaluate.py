@@ -86,8 +86,8 @@ SUSTAIN: Final = Sustain()
 
 
 @functools.lru_cache(maxsize=64)  # a few distinct thresholds across a fleet, asked for by every job each cycle
-def _thresholds(gpu_utilization: float) -> DiagnosisThresholds:
-    return DiagnosisThresholds(gpu_utilization=gpu_utilization)
+def _thresholds(gpu_utilization: float, suspend_after_seconds: float) -> DiagnosisThresholds:
+    return DiagnosisThresholds(gpu_utilization=gpu_utilization, suspend_after_seconds=suspend_after_seconds)
 
 
 @dataclass(slots=True)  # not frozen: one is made per job and cycle, and only read
@@ -156,7 +156,7 @@ def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[
         context = RuleContext(
             window=window,
             tunables=settings.tunables(),
-            thresholds=_thresholds(settings.utilization_threshold),
+            thresholds=_thresholds(settings.utilization_threshold, settings.suspend_after_seconds),
             sustain=SUSTAIN,
             now=now,
             active=frozenset(old_findings),

@@ -60,6 +60,7 @@ class JobSettings:
     actions: tuple[str, ...]  # spec.efficiency.actions: what Enforce may do
     window_seconds: float
     utilization_threshold: float  # spec.efficiency.thresholds.gpuUtilization
+    suspend_after_seconds: float  # spec.efficiency.idle.after
     cpu_cores: float | None  # the trainer's CPU limit (or request)
     processes_per_node: int
     gradient_accumulation_steps: int | None
@@ -78,6 +79,7 @@ class JobSettings:
             actions=tuple(action.value for action in spec.efficiency.actions),
             window_seconds=parse_duration(spec.efficiency.window),
             utilization_threshold=spec.efficiency.thresholds.gpu_utilization,
+            suspend_after_seconds=parse_duration(spec.efficiency.idle.after),
             cpu_cores=cpu_cores(limits.get("cpu", requests.get("cpu"))),
             processes_per_node=spec.trainer.num_proc_per_node,
             gradient_accumulation_steps=gradient_accumulation_steps(body, spec),

@@ -8,7 +8,8 @@ a callback every rank answers, so waiting for local rank 0 never restarts a job 
 still writing. Answers from other local ranks are logged and otherwise ignored.
 
 A request is answered once; a repeated answer (a restarted process reading the same request)
-keeps the first time. Only the latest `MAX_REQUESTS` requests are kept: the operator waits for
+keeps the first time and path. The path the trainer gave (if any) goes with the acknowledgement,
+cut to `MAX_PATH` characters: the operator hands it to the restarted trainer as GPUWISE_RESUME_FROM. Only the latest `MAX_REQUESTS` requests are kept: the operator waits for
 one request at a time per job, and the series must not grow with the job's history.
 """
 
@@ -24,6 +25,8 @@ from gpuwise.instrument.wire import CheckpointAck
 log = logging.getLogger(__name__)
 
 MAX_REQUESTS: Final = 8
+# A longer path is no path: cut, it would name another file.
+MAX_PATH: Final = 1024
 # The training process whose answer stands for the worker's.
 ANSWERING_LOCAL_RANK: Final = 0
 
@@ -32,7 +35,7 @@ class CheckpointAcks:
     def __init__(self, limit: int = MAX_REQUESTS) -> None:
         self._lock = threading.Lock()
         self._limit = limit
-        self._acknowledged: OrderedDict[str, float] = OrderedDict()
+        self._acknowledged: OrderedDict[str, tuple[float, str]] = OrderedDict()  # request -> (time, path)
         self._logged: OrderedDict[tuple[str, int], None] = OrderedDict()  # (request, local rank) said once
 
     def record(self, ack: CheckpointAck, now: float) -> bool:
@@ -52,7 +55,7 @@ class CheckpointAcks:
                 acknowledged = False
             else:
                 acknowledged = True
-                self._acknowledged[ack.request_id] = now
+                self._acknowledged[ack.request_id] = (now, ack.path if len(ack.path) <= MAX_PATH else "")
                 while len(self._acknowledged) > self._limit:
                     self._acknowledged.popitem(last=False)
         if acknowledged:
@@ -63,7 +66,7 @@ class CheckpointAcks:
             log.info("checkpoint request %s: local rank %d saved%s", ack.request_id, ack.local_rank, where)
         return acknowledged
 
-    def latest(self) -> list[tuple[str, float]]:
-        """(request id, unix time of its acknowledgement), oldest first."""
+    def latest(self) -> list[tuple[str, float, str]]:
+        """(request id, unix time of its acknowledgement, checkpoint path or ""), oldest first."""
         with self._lock:
-            return list(self._acknowledged.items())
+            return [(request, at, path) for request, (at, path) in self._acknowledged.items()]

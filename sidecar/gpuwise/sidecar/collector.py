@@ -172,8 +172,8 @@ class SidecarCollector(Collector):
             families.add(catalog.EVENTS_RECEIVED, job, self._receiver.received)
             for reason, count in sorted(self._receiver.dropped.items()):
                 families.add(catalog.EVENTS_DROPPED, {**job, "reason": reason}, count)
-            for request_id, at in self._receiver.acks.latest():
-                families.add(catalog.CHECKPOINT_ACK, {**job, "request_id": request_id}, at)
+            for request_id, at, path in self._receiver.acks.latest():
+                families.add(catalog.CHECKPOINT_ACK, {**job, "request_id": request_id, "path": path}, at)
         return families
 
 

@@ -1,0 +1,174 @@
+"""One TrainingJob and an action runner driven one cycle at a time, on a clock the test moves.
+
+The API server is the emulator over HTTP and the checkpoint acknowledgements are in a real
+Prometheus (scraping an exposition the test writes, as the sidecars would); the test plays the Job
+controller and the reconciler where the operator would (it renders the Job with the operator's
+code). Used by the runner's state-machine tests and the scenario tests of single action kinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, ClassVar
+
+import pytest
+from kopf._core.engines import posting
+
+from gpuwise import wiring
+from gpuwise.act.action_settings import ActionSettings
+from gpuwise.act.checkpoint import Acks
+from gpuwise.act.kinds import AVAILABLE
+from gpuwise.act.measure import Meter
+from gpuwise.act.runner import Runner
+from gpuwise.api.trainingjob import ActionRecord, Recommendation
+from gpuwise.kube import job_overrides
+from gpuwise.kube.client import Kube
+from gpuwise.kube.trainingjob import parse_spec
+from gpuwise.operator.config import SidecarSettings
+from gpuwise.operator.workload import render_job
+from gpuwise.prometheus.client import Prometheus as Source
+from tests.act.scenario import TJ_API, trainingjob
+from tests.integration.conftest import Cluster
+from tests.support.prometheus import Prometheus, running
+from tests.support.waiting import eventually
+
+START = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
+SETTINGS = ActionSettings(min_runtime="10m", verify_window="5m", apply_timeout="30m")
+HOURS = itertools.count()
+
+
+class _Exposition(BaseHTTPRequestHandler):
+    """What the sidecars export: the acknowledgements a test has put here so far."""
+
+    lines: ClassVar[dict[str, str]] = {}
+
+    def do_GET(self) -> None:
+        body = ("# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + "".join(self.lines.values())).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module", name="prometheus")
+def prometheus_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    target = HTTPServer(("127.0.0.1", 0), _Exposition)
+    threading.Thread(target=target.serve_forever, daemon=True).start()
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "sidecars", "static_configs": [{"targets": [f"127.0.0.1:{target.server_port}"]}]}
+        ],
+    }
+    try:
+        with running(tmp_path_factory.mktemp("prometheus"), config) as server:
+            yield server
+    finally:
+        target.shutdown()
+
+
+def acknowledge(prometheus: Prometheus, worker: int, rid: str, at: float, path: str = "") -> None:
+    """A worker's sidecar exports its acknowledgement of `rid`; wait until Prometheus holds it."""
+    _Exposition.lines[f"{worker}/{rid}"] = (
+        f'gpuwise_checkpoint_ack_timestamp_seconds{{namespace="default",trainingjob="bert",'
+        f'worker="{worker}",request_id="{rid}",path="{path}"}} {at}\n'
+    )
+    wanted = f'gpuwise_checkpoint_ack_timestamp_seconds{{worker="{worker}",request_id="{rid}"}}'
+    eventually(lambda: prometheus.query(wanted), what=f"worker {worker}'s ack scraped")
+
+
+@dataclass
+class Clock:
+    at: datetime
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, seconds: float) -> datetime:
+        self.at += timedelta(seconds=seconds)
+        return self.at
+
+
+class Job:
+    """The TrainingJob bert, running for an hour at START, with worker 0's pod; and a runner for it."""
+
+    def __init__(
+        self, cluster: Cluster, kube: Kube, prometheus: Prometheus, settings: ActionSettings, **spec: Any
+    ) -> None:
+        self.cluster = cluster
+        # Each test's own hour: its request ids (named by the time) are new to Prometheus.
+        self.start = START + timedelta(hours=next(HOURS))
+        self.clock = Clock(self.start)
+        source = Source(prometheus.url)
+        self.runner = Runner(
+            kube,
+            settings,
+            Acks(source, cycle_seconds=0),  # every cycle reads again: the test's cycles are instants
+            Meter(source, window_seconds=300, cycle_seconds=0),
+            kinds=AVAILABLE,
+            clock=self.clock,
+        )
+        cluster.create(trainingjob("bert", **spec))  # spec: sections to update, as scenario.trainingjob takes them
+        started = (self.start - timedelta(hours=1)).isoformat()
+        status = {"status": {"phase": "Running", "startTime": started}}
+        cluster.patch(TJ_API, "TrainingJob", "bert", status, status=True)
+        self.render()
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "bert-0",
+                "labels": {wiring.LABEL_TRAININGJOB: "bert", wiring.JOB_COMPLETION_INDEX_ANNOTATION: "0"},
+                "annotations": {wiring.JOB_COMPLETION_INDEX_ANNOTATION: "0"},
+            },
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+        }
+        cluster.create(pod)
+
+    def body(self) -> dict[str, Any]:
+        found = self.cluster.get(TJ_API, "TrainingJob", "bert")
+        assert found is not None
+        return found
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.cluster.list("v1", "Pod", label_selector=f"{wiring.LABEL_TRAININGJOB}=bert")
+
+    def render(self) -> None:
+        """Play the reconciler: the Job for the spec and the overrides the TrainingJob wants now."""
+        body = self.body()
+        spec, _ = parse_spec(body)
+        assert spec is not None
+        self.cluster.create(render_job(body, spec, SidecarSettings(), job_overrides.wanted(body)))
+
+    def request(self) -> str | None:
+        annotations = self.pods()[0]["metadata"].get("annotations") or {}
+        value: str | None = annotations.get(wiring.ANNOTATION_CHECKPOINT_REQUEST)
+        return value
+
+    async def cycle(self, *recommendations: Recommendation, after: float = 0) -> ActionRecord | None:
+        """One evaluation cycle, `after` seconds after the last; the job's last action afterwards."""
+        self.clock.advance(after)
+        body = self.body()
+        await self.runner.run(body, self.pods(), [body], list(recommendations))
+        actions = (self.body().get("status") or {}).get("actions") or []
+        return ActionRecord.model_validate(actions[-1]) if actions else None
+
+    def store(self, record: ActionRecord) -> None:
+        """An action in flight, as an operator restarted in the middle of it finds it in status."""
+        self.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"actions": [record.to_k8s()]}}, status=True)
+
+
+@pytest.fixture(name="job")
+def job_fixture(cluster: Cluster, kube: Kube, prometheus: Prometheus, events: asyncio.Queue[posting.K8sEvent]) -> Job:
+    _Exposition.lines.clear()
+    return Job(cluster, kube, prometheus, SETTINGS)
