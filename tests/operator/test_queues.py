@@ -79,7 +79,10 @@ def observe(job: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> di
 
 
 def test_a_suspended_queued_job_is_queued_then_running_once_admitted() -> None:
-    job = {"metadata": {"name": "llama", "labels": {queues.QUEUE_LABEL: "team-a"}}, "spec": {"suspend": True}}
+    job: dict[str, Any] = {
+        "metadata": {"name": "llama", "labels": {queues.QUEUE_LABEL: "team-a"}},
+        "spec": {"suspend": True},
+    }
     waiting = observe(job)
     assert waiting["phase"] == ("Queued", "")
     assert waiting["Queued"] == ("True", "WaitingForAdmission")
