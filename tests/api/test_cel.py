@@ -162,6 +162,31 @@ CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any], set[str]]] = [
         ]
     ],
     *[
+        (f"create with gang {gang}", None, edited(EXAMPLE, "spec.pod.gang", gang), bad)
+        for gang, bad in [
+            ({"scheduler": "Volcano"}, set()),
+            ({"scheduler": "KAI", "queue": "research"}, set()),
+            ({"scheduler": "KAI"}, {"spec.pod.gang"}),
+            ({"scheduler": "Coscheduling", "queue": "research"}, {"spec.pod.gang"}),
+        ]
+    ],
+    *[
+        (f"create with gang {scheduler} and schedulerName {name}", None, edited(EXAMPLE, "spec.pod", pod), bad)
+        for scheduler, name, bad in [
+            ("Volcano", "volcano", set()),
+            ("Volcano", "default-scheduler", {"spec.pod"}),
+            ("KAI", "volcano", {"spec.pod"}),
+            ("Coscheduling", "my-coscheduler", set()),
+        ]
+        for pod in [
+            {
+                **EXAMPLE["spec"].get("pod", {}),
+                "schedulerName": name,
+                "gang": {"scheduler": scheduler, **({"queue": "q"} if scheduler == "KAI" else {})},
+            }
+        ]
+    ],
+    *[
         (f"create with {name} min > max", None, edited(EXAMPLE, f"spec.efficiency.tunables.{name}", bad), {path})
         for name in TUNABLES
         for path, bad in [(f"spec.efficiency.tunables.{name}", {"env": "X", "min": 64, "max": 8})]

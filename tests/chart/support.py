@@ -30,6 +30,7 @@ EVERYTHING: dict[str, Any] = {
         "budgets": [{"jobs": "10%"}, {"jobs": "0", "namespace": "*", "schedule": "0 9 * * 1-5", "duration": "8h"}],
         "gpuClasses": [{"name": "l4", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}],
     },
+    "gangScheduling": {"volcano": True, "coscheduling": True, "kai": True},
     "webhook": {"enabled": True, "namespaceSelector": {"matchLabels": {"gpu": "yes"}}},
     "monitoring": {
         "podMonitor": {"enabled": True, "labels": {"release": "kps"}},

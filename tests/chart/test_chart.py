@@ -323,6 +323,22 @@ def test_enforce_turns_actions_on_with_their_guardrails_and_permissions() -> Non
         render({"actions": {"budgets": [{"jobs": "ten"}]}})
 
 
+def test_gang_schedulers_each_grant_their_own_podgroups_only() -> None:
+    """spec.pod.gang: gpuwise makes each job's PodGroup (create, and get: kept when it exists)."""
+    groups = {"volcano": "scheduling.volcano.sh", "coscheduling": "scheduling.x-k8s.io", "kai": "scheduling.run.ai"}
+    assert not grants(render(), "podgroups")
+    for value, group in groups.items():
+        rules = [
+            r
+            for r in rules_of(render({"gangScheduling": {value: True}}), "ClusterRole")
+            if "podgroups" in r["resources"]
+        ]
+        assert rules == [{"apiGroups": [group], "resources": ["podgroups"], "verbs": ["create", "get"]}], value
+    # Watching named namespaces: granted there, in their Roles.
+    named = rules_of(render(EVERYTHING), "Role")
+    assert {g for r in named if "podgroups" in r["resources"] for g in r["apiGroups"]} == set(groups.values())
+
+
 def test_named_namespaces_get_roles_not_cluster_wide_access() -> None:
     docs = render(EVERYTHING)
     cluster = rules_of(docs, "ClusterRole")

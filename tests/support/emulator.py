@@ -71,6 +71,15 @@ RESOURCES: dict[str, dict[str, Any]] = {
         "kind": "MutatingWebhookConfiguration",
         "namespaced": False,
     },
+    # The gang schedulers' PodGroups (gpuwise.operator.gang), as their CRDs serve them.
+    **{
+        f"{api_version}/podgroups": {"kind": "PodGroup", "namespaced": True, "subresources": {"status"}}
+        for api_version in (
+            "scheduling.volcano.sh/v1beta1",
+            "scheduling.x-k8s.io/v1alpha1",
+            "scheduling.run.ai/v2alpha2",
+        )
+    },
     "gpuwise.io/v1alpha1/trainingjobs": {
         "kind": "TrainingJob",
         "namespaced": True,

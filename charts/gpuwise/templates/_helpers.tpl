@@ -188,6 +188,24 @@ actions:
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+{{- with .Values.gangScheduling }}
+{{- /* Gang scheduling: each job's PodGroup, made before its Job and kept across restarts. */}}
+{{- if .volcano }}
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [create, get]
+{{- end }}
+{{- if .coscheduling }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [create, get]
+{{- end }}
+{{- if .kai }}
+- apiGroups: [scheduling.run.ai]
+  resources: [podgroups]
+  verbs: [create, get]
+{{- end }}
+{{- end }}
 {{- if and (include "gpuwise.peering" .) (not (include "gpuwise.kopfClusterwide" .)) }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]

@@ -92,6 +92,71 @@ class Trainer(ApiModel):
     )
 
 
+class GangScheduler(StrEnum):
+    """The gang schedulers whose contract gpuwise follows (the README names the versions)."""
+
+    VOLCANO = "Volcano"  # PodGroup scheduling.volcano.sh/v1beta1
+    COSCHEDULING = "Coscheduling"  # scheduler-plugins' PodGroup scheduling.x-k8s.io/v1alpha1
+    KAI = "KAI"  # NVIDIA KAI Scheduler's PodGroup scheduling.run.ai/v2alpha2
+
+
+# The scheduler name each gang scheduler's pods must carry; coscheduling runs under whatever name
+# the scheduler-plugins deployment was given, this being its chart's default.
+GANG_SCHEDULER_NAMES: Final = {
+    GangScheduler.VOLCANO: "volcano",
+    GangScheduler.COSCHEDULING: "scheduler-plugins-scheduler",
+    GangScheduler.KAI: "kai-scheduler",
+}
+_NO_QUEUE = "the queue names a Volcano or KAI queue: scheduler-plugins' coscheduling has none"
+_KAI_QUEUE = "KAI Scheduler places a job only in a queue: name one"
+
+
+class Gang(ApiModel):
+    """Place all of the job's workers at once or none (gang scheduling), through a PodGroup.
+
+    One field names the scheduler rather than a field per scheduler: a job has one scheduler, and
+    gpuwise derives the rest of that scheduler's contract (its PodGroup kind, the scheduler name,
+    the labels or annotations that tie the pods to the group) from it. The group's minimum member
+    count is always `numNodes`: a torchrun rendezvous needs every worker.
+    """
+
+    scheduler: GangScheduler = Field(description="Volcano, Coscheduling (scheduler-plugins) or KAI.")
+    queue: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",  # a queue's name, and the value of KAI's queue label
+        description="The Volcano or KAI queue of the PodGroup (Volcano: its default queue when left out; KAI: "
+        "required).",
+    )
+
+    @model_validator(mode="after")
+    def _queue_fits_the_scheduler(self) -> Gang:
+        if self.queue is not None and self.scheduler is GangScheduler.COSCHEDULING:
+            raise ValueError(_NO_QUEUE)
+        if self.queue is None and self.scheduler is GangScheduler.KAI:
+            raise ValueError(_KAI_QUEUE)
+        return self
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                *cel("!has(self.queue) || self.scheduler != 'Coscheduling'", _NO_QUEUE)["x-kubernetes-validations"],
+                *cel("has(self.queue) || self.scheduler != 'KAI'", _KAI_QUEUE)["x-kubernetes-validations"],
+            ]
+        }
+    )
+
+
+_SCHEDULER_CONFLICT = (
+    "spec.pod.schedulerName conflicts with spec.pod.gang: leave it out, or give the gang scheduler's own "
+    "(volcano for Volcano, kai-scheduler for KAI; any name your scheduler-plugins deployment runs as for Coscheduling)"
+)
+_SCHEDULER_CONFLICT_RULE = (
+    "!has(self.gang) || !has(self.schedulerName) || self.gang.scheduler == 'Coscheduling' || "
+    "self.schedulerName == (self.gang.scheduler == 'Volcano' ? 'volcano' : 'kai-scheduler')"
+)
+
+
 class PodSettings(ApiModel):
     """Pod-level settings passed to every worker pod."""
 
@@ -111,6 +176,25 @@ class PodSettings(ApiModel):
         description="The pods' securityContext, over gpuwise's restricted defaults; the operator's podSecurity "
         "setting says how far it may loosen them.",
     )
+    gang: Gang | None = Field(
+        default=None,
+        description="Gang scheduling: gpuwise creates the scheduler's PodGroup (minMember = numNodes) and ties the "
+        "workers to it.",
+    )
+
+    @model_validator(mode="after")
+    def _one_scheduler(self) -> PodSettings:
+        if self.gang is None or self.scheduler_name is None or self.gang.scheduler is GangScheduler.COSCHEDULING:
+            return self
+        if self.scheduler_name != GANG_SCHEDULER_NAMES[self.gang.scheduler]:
+            raise ValueError(_SCHEDULER_CONFLICT)
+        return self
+
+    def scheduler(self) -> str | None:
+        """The schedulerName the pods get: the spec's, or the gang scheduler's own."""
+        if self.scheduler_name is not None or self.gang is None:
+            return self.scheduler_name
+        return GANG_SCHEDULER_NAMES[self.gang.scheduler]
 
 
 class RunPolicy(ApiModel):
@@ -258,7 +342,13 @@ class TrainingJobSpec(ApiModel):
     trainer: Trainer = Field(json_schema_extra=cel("self == oldSelf", f"spec.trainer {_IMMUTABLE}"))
     pod: PodSettings = Field(
         default_factory=PodSettings,
-        json_schema_extra={**cel("self == oldSelf", f"spec.pod {_IMMUTABLE}"), **_ALWAYS_THERE},
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                *cel("self == oldSelf", f"spec.pod {_IMMUTABLE}")["x-kubernetes-validations"],
+                *cel(_SCHEDULER_CONFLICT_RULE, _SCHEDULER_CONFLICT)["x-kubernetes-validations"],
+            ],
+            **_ALWAYS_THERE,
+        },
     )
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
@@ -274,6 +364,7 @@ class TrainingJobSpec(ApiModel):
 
 class Phase(StrEnum):
     PENDING = "Pending"
+    QUEUED = "Queued"  # created suspended for Kueue, waiting for it to admit the job
     RUNNING = "Running"
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"

@@ -494,6 +494,8 @@ class Runner:
         return transition(record, ActionState.VERIFYING, "JobRestarted", message, at)
 
     async def _verifying(self, job: JobView, record: ActionRecord, at: datetime) -> ActionRecord | None:
+        if job.status.get("phase") == Phase.QUEUED.value:
+            return None  # back in its Kueue queue after the restart: the queue decides when it runs
         if job.status.get("phase") != Phase.RUNNING.value:
             waited = (at - _entered(record, ActionState.VERIFYING)).total_seconds()
             if waited > parse_duration(self.settings.apply_timeout):

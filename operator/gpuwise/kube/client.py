@@ -13,7 +13,7 @@ from typing import Any
 
 import kubernetes
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
 
 JsonDict = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -64,7 +64,10 @@ class Kube:
         async with self._lock:  # discovery runs once, not once per concurrent caller
             if self._client is None:
                 self._client = await asyncio.to_thread(DynamicClient, self._api_client)
-        return self._client.resources.get(api_version=api_version, kind=kind)
+        try:
+            return self._client.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError as exc:  # a kind the cluster does not serve (a CRD not installed)
+            raise ApiError(404, f"the API server serves no {api_version} {kind}") from exc
 
     @staticmethod
     async def _call(method: Any, expected: type[Exception] | None = None, **kwargs: Any) -> JsonDict | None:

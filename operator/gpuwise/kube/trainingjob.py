@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import TrainingJobSpec
-from gpuwise.kube import job_overrides
+from gpuwise.kube import job_overrides, queues
 from gpuwise.kube.client import Kube
 
 JsonDict = dict[str, Any]
@@ -33,6 +33,7 @@ class SpecProblem:
     """Why the current spec is not what runs: a reason and a message naming the field."""
 
     # InvalidSpec | ImmutableFieldChanged | OwnershipConflict | JobRejected | SpecTooLarge | PodSecurityViolation
+    # | PodGroupRejected
     reason: str
     message: str
 
@@ -53,7 +54,10 @@ SpecResult = tuple[TrainingJobSpec | None, SpecProblem | None]
 
 def parse_spec(body: Mapping[str, Any]) -> SpecResult:
     """The validated spec, or the problem that names the field and what is wrong with it."""
-    return _validated(body.get("metadata", {}).get("name", ""), body.get("spec") or {})
+    spec, problem = _validated(body.get("metadata", {}).get("name", ""), body.get("spec") or {})
+    if spec is not None and (refused := queues.suspend_refusal(body, spec.run_policy.suspend)) is not None:
+        return None, SpecProblem("InvalidSpec", refused)
+    return spec, problem
 
 
 def _validated(name: str, raw: Any) -> SpecResult:
@@ -74,17 +78,26 @@ def as_body(raw: JsonDict) -> kopf.Body:
     return kopf.Body(cast(kopf.RawBody, raw))
 
 
-def mutable_job_fields(spec: TrainingJobSpec, overrides: JobOverrides = job_overrides.NONE) -> JsonDict:
-    """The parts of a running Job's spec that follow the TrainingJob after creation."""
+def mutable_job_fields(
+    spec: TrainingJobSpec, overrides: JobOverrides = job_overrides.NONE, *, queued: bool = False
+) -> JsonDict:
+    """The parts of a running Job's spec that follow the TrainingJob after creation.
+
+    A `queued` Job's suspend is Kueue's alone (gpuwise.kube.queues): it is not among them.
+    """
     run = spec.run_policy
-    return {"suspend": run.suspend or overrides.suspend, "activeDeadlineSeconds": run.active_deadline_seconds}
+    fields: JsonDict = {"activeDeadlineSeconds": run.active_deadline_seconds}
+    if not queued:
+        fields["suspend"] = run.suspend or overrides.suspend
+    return fields
 
 
 async def follow_mutable_fields(job: JsonDict, spec: TrainingJobSpec, overrides: JobOverrides, kube: Kube) -> None:
-    """Suspend and deadline follow the spec (and an action holding the job) without a new Job."""
+    """Suspend and deadline follow the spec (and an action holding the job) without a new Job;
+    a Job in a Kueue queue keeps the suspend Kueue gave it."""
     if job["metadata"].get("deletionTimestamp"):
         return  # an action is replacing it
-    wanted = mutable_job_fields(spec, overrides)
+    wanted = mutable_job_fields(spec, overrides, queued=queues.queue_of(job) is not None)
     current = {key: job.get("spec", {}).get(key) for key in wanted}
     if current != wanted:
         meta = job["metadata"]

@@ -115,6 +115,8 @@ async def ensure_workload(
         return None, SpecProblem("SpecTooLarge", too_large)  # refused for certain: create nothing
     if (refused := workload.pod_security_refusal(job, ctx.settings.pod_security)) is not None:
         return None, SpecProblem("PodSecurityViolation", refused)  # the operator's setting forbids it
+    if (group_refused := await ensure_pod_group(owner, spec, ctx)) is not None:
+        return None, group_refused
     try:
         await ctx.kube.create(workload.render_service(owner))
         created = await ctx.kube.create(job)
@@ -133,6 +135,32 @@ async def ensure_workload(
     if existing is None:  # deleted between our create and get: the next event creates it again
         return None, None
     return existing, check_running_job(existing, owner, spec)
+
+
+async def ensure_pod_group(owner: JsonDict, spec: TrainingJobSpec, ctx: ReconcileContext) -> SpecProblem | None:
+    """Create the gang scheduler's PodGroup if the job has one and it is missing, before the Job:
+    the scheduler must know the group before the first pod asks to be placed. An existing one is
+    kept (an action's new Job joins it). A refusal that will not go away by itself is the answer."""
+    group = workload.render_pod_group(owner, spec)
+    if group is None:
+        return None
+    try:
+        await ctx.kube.create(group)
+    except ApiError as exc:
+        what = f"{group['apiVersion']} {group['kind']}"
+        if exc.status == 404:
+            return SpecProblem(
+                "PodGroupRejected",
+                f"the cluster serves no {what}: is the gang scheduler spec.pod.gang names installed? {exc.message}",
+            )
+        if exc.status in {400, 403, 422}:
+            return SpecProblem(
+                "PodGroupRejected",
+                f"the API server refused the {what}: {exc.message} (a 403: turn the scheduler on in the chart's "
+                "gangScheduling values, which grant the operator its PodGroups)",
+            )
+        raise kopf.TemporaryError(f"creating the PodGroup failed: {exc}", delay=10) from exc
+    return None
 
 
 # --- the loop -------------------------------------------------------------------------------

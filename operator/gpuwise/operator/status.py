@@ -14,13 +14,16 @@ from typing import Any
 
 from gpuwise import wiring
 from gpuwise.api.trainingjob import Phase
+from gpuwise.kube import queues
 from gpuwise.kube.trainingjob import SpecProblem
 
 JsonDict = dict[str, Any]
 
-# Condition types, as Kubeflow's training jobs name them, plus Accepted for the spec itself.
+# Condition types, as Kubeflow's training jobs name them, plus Accepted for the spec itself and
+# Queued for a job Kueue holds (gpuwise.kube.queues).
 ACCEPTED = "Accepted"
 CREATED = "Created"
+QUEUED = "Queued"
 RUNNING = "Running"
 SUSPENDED = "Suspended"
 SUCCEEDED = "Succeeded"
@@ -160,6 +163,7 @@ def observe(
     failed = _job_condition(job, "Failed")
     suspended = bool(job.get("spec", {}).get("suspend")) or _job_condition(job, "Suspended") is not None
     running = sum(1 for w in worker_list if w["phase"] == "Running")
+    queue = queues.queue_of(job)  # a suspended Job in a queue waits for Kueue, not for the user
 
     if complete is not None:
         phase = Phase.SUCCEEDED
@@ -174,6 +178,10 @@ def observe(
         conditions.append(_condition(FAILED, True, reason, failed.get("message") or "The job failed."))
         conditions.append(_condition(RUNNING, False, "JobFinished", "The job has finished."))
         status["completionTime"] = failed.get("lastTransitionTime")
+    elif suspended and queue is not None:
+        phase = Phase.QUEUED
+        waiting = f"Waiting for Kueue to admit the job from LocalQueue {queue}."
+        conditions.append(_condition(RUNNING, False, "JobQueued", waiting))
     elif suspended:
         phase = Phase.SUSPENDED
         conditions.append(_condition(RUNNING, False, "JobSuspended", "The job is suspended."))
@@ -184,7 +192,19 @@ def observe(
         phase = Phase.PENDING
         conditions.append(_condition(RUNNING, False, "PodsPending", f"0 of {num_nodes} workers running."))
 
-    if suspend_requested or suspended:
+    if queue is not None:
+        queued = phase is Phase.QUEUED
+        conditions.append(
+            _condition(
+                QUEUED,
+                queued,
+                "WaitingForAdmission" if queued else "Admitted",
+                f"In Kueue's LocalQueue {queue}, waiting for admission."
+                if queued
+                else f"Kueue admitted the job from LocalQueue {queue}.",
+            )
+        )
+    elif suspend_requested or suspended:
         conditions.append(
             _condition(
                 SUSPENDED,

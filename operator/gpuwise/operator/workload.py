@@ -20,7 +20,8 @@ from typing import Any, Final
 from gpuwise import wiring
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import PodSettings, Trainer, TrainingJobSpec
-from gpuwise.kube import job_overrides, pod_security
+from gpuwise.kube import job_overrides, pod_security, queues
+from gpuwise.operator import gang
 from gpuwise.operator.config import SidecarSettings
 from gpuwise.operator.inject import JsonDict, inject_sidecar
 
@@ -138,7 +139,7 @@ def pod_spec(name: str, namespace: str, spec: TrainingJobSpec, sidecar: SidecarS
         "affinity": pod.affinity,
         "imagePullSecrets": [s.to_k8s() for s in pod.image_pull_secrets] or None,
         "priorityClassName": pod.priority_class_name,
-        "schedulerName": pod.scheduler_name,
+        "schedulerName": pod.scheduler(),
         "runtimeClassName": pod.runtime_class_name,
     }
     rendered.update({k: v for k, v in optional.items() if v is not None})
@@ -200,12 +201,17 @@ def immutable_part(spec: TrainingJobSpec) -> JsonDict:
 def render_job(
     owner: JsonDict, spec: TrainingJobSpec, sidecar: SidecarSettings, overrides: JobOverrides = job_overrides.NONE
 ) -> JsonDict:
-    """The Job for spec plus what gpuwise's actions changed (`overrides`, see gpuwise.kube.job_overrides)."""
+    """The Job for spec plus what gpuwise's actions changed (`overrides`, see gpuwise.kube.job_overrides).
+
+    A TrainingJob in a Kueue queue gets a Job with its Kueue labels, created suspended whatever the
+    overrides say: Kueue starts it on admission (gpuwise.kube.queues). With `spec.pod.gang` the pods
+    join the PodGroup `render_pod_group` makes (gpuwise.operator.gang).
+    """
     name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
     template: JsonDict = {
         "metadata": {
-            "labels": {**spec.pod.labels, **labels(name)},
-            "annotations": dict(spec.pod.annotations),
+            "labels": {**spec.pod.labels, **gang.pod_labels(name, spec.pod.gang), **labels(name)},
+            "annotations": {**spec.pod.annotations, **gang.pod_annotations(name, spec.pod.gang)},
         },
         "spec": job_overrides.render(pod_spec(name, namespace, spec, sidecar), TRAINER_CONTAINER, overrides),
     }
@@ -214,7 +220,7 @@ def render_job(
         "completionMode": "Indexed",
         "completions": spec.trainer.num_nodes,
         "parallelism": spec.trainer.num_nodes,
-        "suspend": run.suspend or overrides.suspend,
+        "suspend": run.suspend or overrides.suspend or queues.queue_of(owner) is not None,
         "template": template,
     }
     optional = {
@@ -229,7 +235,7 @@ def render_job(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": labels(name),
+            "labels": {**queues.job_labels(owner), **labels(name)},
             "annotations": {
                 ANNOTATION_APPLIED_SPEC: json.dumps(immutable_part(spec), sort_keys=True, separators=(",", ":")),
                 job_overrides.ANNOTATION_APPLIED_OVERRIDES: job_overrides.encode(overrides.placement()),
@@ -237,6 +243,28 @@ def render_job(
             "ownerReferences": [owner_reference(owner)],
         },
         "spec": job_spec,
+    }
+
+
+def render_pod_group(owner: JsonDict, spec: TrainingJobSpec) -> JsonDict | None:
+    """The gang scheduler's PodGroup for the job's workers (None without `spec.pod.gang`).
+
+    Named after the TrainingJob and owned by it, like the Job: it outlives the Job's replacement
+    by an action (the new pods join the same group) and goes with the TrainingJob.
+    """
+    if spec.pod.gang is None:
+        return None
+    name, namespace = owner["metadata"]["name"], owner["metadata"]["namespace"]
+    return {
+        "apiVersion": gang.API_VERSIONS[spec.pod.gang.scheduler],
+        "kind": gang.KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels(name),
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": gang.group_spec(spec),
     }
 
 
