@@ -9,8 +9,10 @@ still writing. Answers from other local ranks are logged and otherwise ignored.
 
 A request is answered once; a repeated answer (a restarted process reading the same request)
 keeps the first time and path. The path the trainer gave (if any) goes with the acknowledgement,
-cut to `MAX_PATH` characters: the operator hands it to the restarted trainer as GPUWISE_RESUME_FROM. Only the latest `MAX_REQUESTS` requests are kept: the operator waits for
-one request at a time per job, and the series must not grow with the job's history.
+unless longer than `MAX_PATH` (cut, it would name another file): the operator hands it to the
+restarted trainer as GPUWISE_RESUME_FROM. Only the latest `MAX_REQUESTS` requests are kept: the
+operator waits for one request at a time per job, and the series must not grow with the job's
+history.
 """
 
 from __future__ import annotations
