@@ -5,9 +5,10 @@ Nothing in it is specific to gpuwise. Two habits make a job restartable with a n
 - **Read the tunables from the environment**, under the names the TrainingJob declares in
   `spec.efficiency.tunables` (see `trainingjob.yaml`): here `BATCH_SIZE` and `NUM_WORKERS`.
   gpuwise applies a new value by restarting the job with the variable changed.
-- **Resume from the latest checkpoint** when it starts, and save one now and then with
-  `torch.save`. With auto-instrumentation, a `torch.save` that returns while gpuwise asks for a
-  checkpoint is the answer it waits for before it restarts the job.
+- **Resume from the latest checkpoint** when it starts (GPUWISE_RESUME_FROM names the one gpuwise
+  asked for, when it restarted or resumed the job), and save one now and then with `torch.save`.
+  With auto-instrumentation, a `torch.save` that returns while gpuwise asks for a checkpoint is
+  the answer it waits for before it restarts the job.
 
 Each checkpoint is its own file (`step-00000400.pt`), and the two newest are kept: a save cut
 short by the restart leaves a broken newest file, and the one before it is still good.
@@ -48,15 +49,26 @@ def setting(name: str, default: int) -> int:
 
 
 def latest_checkpoint(directory: Path) -> dict[str, Any] | None:
-    """The newest checkpoint that loads; a broken one (cut short by a restart) is skipped."""
-    for path in sorted(directory.glob("step-*.pt"), reverse=True):
+    """The newest checkpoint that loads; a broken one (cut short by a restart) is skipped.
+
+    After a restart or a resume by gpuwise, GPUWISE_RESUME_FROM names the checkpoint this script
+    saved when gpuwise asked for one (the path its save returned): a candidate even where it is not
+    in `directory`. The newest by step wins, so a later save of the script's own is not thrown away.
+    """
+    candidates = sorted(directory.glob("step-*.pt"), reverse=True)
+    resume_from = Path(os.environ.get("GPUWISE_RESUME_FROM") or "")
+    if resume_from.name and resume_from.is_file():  # gone: this script keeps only its newest saves
+        candidates.insert(0, resume_from)
+    newest: dict[str, Any] | None = None
+    for path in candidates:
         try:
             state: dict[str, Any] = torch.load(path, weights_only=True)
         except Exception as error:
             print(json.dumps({"event": "skipped", "checkpoint": path.name, "error": repr(error)}), flush=True)
             continue
-        return state
-    return None
+        if newest is None or state["step"] > newest["step"]:
+            newest = state
+    return newest
 
 
 def save(directory: Path, state: dict[str, Any]) -> Path:

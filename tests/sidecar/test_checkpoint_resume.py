@@ -32,9 +32,10 @@ CHECKPOINT_EVERY = 50  # steps
 
 
 def start(
-    side: SidecarProcess, tmp: Path, request_file: Path, batch_size: int, max_steps: int
+    side: SidecarProcess, tmp: Path, request_file: Path, batch_size: int, max_steps: int, *, resume_from: str = ""
 ) -> subprocess.Popen[str]:
     env = side.trainer_env("auto") | {
+        "GPUWISE_RESUME_FROM": resume_from,
         "GPUWISE_CHECKPOINT_REQUEST_FILE": str(request_file),
         "BATCH_SIZE": str(batch_size),
         "NUM_WORKERS": "0",
@@ -93,6 +94,8 @@ def test_a_trainer_checkpoints_on_request_and_resumes_with_a_new_batch_size(shor
                 lambda: select(side.scrape(), ACK, request_id="adjustconfig-1"), timeout=10, what="the acknowledgement"
             )
             answered_at = answered[0].value
+            saved = answered[0].labels["path"]  # the path torch.save wrote, as the trainer gave it
+            assert Path(saved).parent.name == "checkpoints" and Path(saved).name.startswith("step-"), saved
             assert trainer.poll() is None, "acknowledging is not stopping: the operator restarts the job"
         finally:
             trainer.terminate()  # the restart: the pod is deleted, the trainer gets SIGTERM
@@ -105,7 +108,8 @@ def test_a_trainer_checkpoints_on_request_and_resumes_with_a_new_batch_size(shor
         cut_short = checkpoints / f"step-{resume_at + CHECKPOINT_EVERY:08d}.pt"
         cut_short.write_bytes((checkpoints / f"step-{resume_at:08d}.pt").read_bytes()[:1000])
         # gpuwise's new value for the tunable, in the variable the TrainingJob declared.
-        restarted = start(side, short_tmp, request_file, batch_size=64, max_steps=resume_at + 100)
+        # Restarted as the operator renders it: GPUWISE_RESUME_FROM is the acknowledged checkpoint.
+        restarted = start(side, short_tmp, request_file, batch_size=64, max_steps=resume_at + 100, resume_from=saved)
         try:
             started, skipped = start_event(restarted)
             assert skipped == [cut_short.name]
@@ -130,3 +134,19 @@ def test_a_trainer_checkpoints_on_request_and_resumes_with_a_new_batch_size(shor
         # The request file still names the request (here nobody cleared it): the restarted process
         # answers it again with its first save, and the sidecar keeps the first answer's time.
         assert select(side.scrape(), ACK, request_id="adjustconfig-1")[0].value == answered_at
+
+
+def test_the_example_resumes_from_the_checkpoint_gpuwise_names_wherever_it_is(tmp_path: Path) -> None:
+    def run(directory: str, max_steps: int, resume_from: str = "") -> list[dict[str, Any]]:
+        env = {"CHECKPOINT_DIR": directory, "MAX_STEPS": str(max_steps), "CHECKPOINT_EVERY": "50"}
+        env |= {"GPUWISE_RESUME_FROM": resume_from, "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+        done = subprocess.run(
+            [sys.executable, str(EXAMPLE)], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+        )
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    run("first", 100)
+    # A new checkpoint directory (another volume, say) holds nothing: the named checkpoint is found anyway.
+    events = run("second", 150, resume_from=str(tmp_path / "first" / "step-00000100.pt"))
+    assert events[0]["resumed_from"] == 100 and events[-1]["step"] == 150
+    assert run("third", 60, resume_from=str(tmp_path / "gone.pt"))[0]["resumed_from"] == 0, "a missing one: ignored"
