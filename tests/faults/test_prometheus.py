@@ -93,7 +93,7 @@ def efficiency(cluster: Cluster) -> dict[str, Any]:
 
 
 def reasons(cluster: Cluster) -> list[str]:
-    return [e.get("reason") for e in cluster.list("v1", "Event")]
+    return [str(e.get("reason")) for e in cluster.list("v1", "Event")]
 
 
 def test_prometheus_down_then_garbage_is_said_in_status_and_cleared_when_it_answers(
@@ -142,6 +142,7 @@ async def test_a_slow_prometheus_costs_one_timeout_a_cycle_whatever_the_jobs() -
         # Those in flight when the first failed, and those its threads took up before it was seen.
         assert _Garbage.requests <= 2 * PARALLEL_QUERIES < query_count(), "the rest of the round is not sent"
         now[0] += 30  # the next cycle asks again
+        assert settings is not None
         with pytest.raises(PrometheusError):
             await evaluator.evaluate(job, settings)
         assert evaluator.fetches == 2
