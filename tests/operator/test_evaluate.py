@@ -87,6 +87,7 @@ def test_recommend_mode_publishes_findings_and_the_summary() -> None:
     assert status["efficiency"] == {
         "gpuUtilization": 30.0, "smActivity": 0.21, "dataWaitFraction": 0.6, "memoryHeadroomFraction": 0.75,
         "topFinding": "InputBound", "updatedAt": "2026-11-22T12:00:00Z",
+        "metricsUnavailableSince": None, "metricsError": None,  # Prometheus answered: any outage is over
     }  # fmt: skip
     assert [f["kind"] for f in status["findings"]] == ["InputBound"]
     assert status["findings"][0]["since"] == "2026-11-22T12:00:00Z"

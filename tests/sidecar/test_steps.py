@@ -172,3 +172,18 @@ def test_a_forgotten_pid_is_bounded_and_a_restart_still_counts(receiver: Receive
     assert process.steps == 40
     receiver.handle(totals(2, pid=139), NOW + 1)  # still remembered: one step more
     assert receiver.book.processes()[0].steps == 41
+
+
+def test_a_restarted_sidecar_counts_no_step_of_a_running_process_twice() -> None:
+    """The old sidecar exported the first 1,000 steps; the new one, up 5 s, adds only what follows."""
+    book = StepBook(started_at=NOW)
+    assert book.record(wire.decode(totals(1_000, seconds=100.0)), NOW + 5) is None, "a baseline, not 1,000 steps"
+    added = book.record(wire.decode(totals(1_003, seconds=100.3)), NOW + 5.3)
+    assert added is not None and added.steps == 3
+    assert book.processes()[0].steps == 3
+
+
+def test_a_process_started_after_the_sidecar_counts_from_zero() -> None:
+    book = StepBook(started_at=NOW)
+    added = book.record(wire.decode(totals(40, seconds=4.0)), NOW + 5)
+    assert added is not None and added.steps == 40, "4 s of steps in a sidecar up 5 s: all of them new"

@@ -16,6 +16,11 @@ also does things the operator counts on. Rather than weaken the operator, this s
   the answer is the API server's 429 with a `DisruptionBudget` cause; more than one budget for a
   pod is the API server's 500; terminal and pending pods are evicted without asking the budget.
 
+Faults, on purpose (tests/faults): `fail_next` answers the next requests of a method and resource
+with an API error (409, 429, 500: what a real server answers under contention or load), and
+`EmulatorThread.cut_watches` ends every open watch stream, between two events (as an API server
+ends a watch at its timeout) or in the middle of an event's line.
+
 What it still does not do: schema validation and defaulting (tests validate manifests against
 the generated CRD separately), admission webhooks, strategic-merge semantics (patches merge
 dicts and replace lists), and any controller (no Job creates pods by itself; tests play the Job
@@ -89,6 +94,27 @@ RESOURCES: dict[str, dict[str, Any]] = {
     },
 }
 VERBS = {"create", "delete", "get", "list", "patch", "update", "watch"}
+# The API server's reason for each status a fault may answer with.
+FAULT_REASONS = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
+
+
+@attrs.define
+class Fault:
+    """Answer the next `times` requests of `method` on `resource` ("batch/v1/jobs") with `code`."""
+
+    method: str
+    resource: str
+    code: int
+    times: int = 1
+    subresource: str | None = None
+    answered: int = 0
+
+    def matches(self, method: str, resource: str, subresource: str | None) -> bool:
+        return self.answered < self.times and (method, resource, subresource) == (
+            self.method.upper(),
+            self.resource,
+            self.subresource,
+        )
 
 
 def _now() -> str:
@@ -204,6 +230,10 @@ class Emulator(kmock.KubernetesEmulator):
     _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     # Every create request, accepted or refused, by "<resource> <namespace>/<name>".
     create_attempts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    faults: list[Fault] = attrs.field(factory=list, init=False)
+    _faults_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _watches: set[asyncio.Event] = attrs.field(factory=set, init=False)
+    _cut_mid_event: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -219,7 +249,35 @@ class Emulator(kmock.KubernetesEmulator):
         group = f"{resource.group}/" if resource.group else ""
         return f"{group}{resource.version}/{resource.plural}"
 
+    def fail_next(self, method: str, resource: str, code: int, times: int = 1, subresource: str | None = None) -> Fault:
+        """Answer the next `times` matching requests with `code`; the Fault counts those answered."""
+        fault = Fault(method, resource, code, times, subresource)
+        with self._faults_lock:
+            self.faults.append(fault)
+        return fault
+
+    def _injected(self, request: rendering.Request) -> _Refusal | None:
+        if request.resource is None:
+            return None
+        key, method = self._key(request.resource), str(request.method.value).upper()
+        with self._faults_lock:
+            for fault in self.faults:
+                if fault.matches(method, key, request.subresource):
+                    fault.answered += 1
+                    reason = FAULT_REASONS.get(fault.code, "InternalError")
+                    return _Refusal(fault.code, reason, f"injected fault: {method} {key} answered {fault.code}")
+        return None
+
+    def cut_watches(self, mid_event: bool = False) -> None:
+        """End every open watch stream now, between events or halfway through an event's line (call
+        it on the emulator's loop)."""
+        self._cut_mid_event = mid_event
+        for cut in self._watches:
+            cut.set()
+
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if (fault := self._injected(request)) is not None:
+            return fault.response()
         if request.subresource == "eviction" and request.method == enums.method.POST:
             try:
                 return await self._evict(request)
@@ -377,10 +435,29 @@ class Emulator(kmock.KubernetesEmulator):
         )
 
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
-        async for event in super()._serve_watch(request):
-            if isinstance(event, dict) and not self._selected(request, event.get("object", {})):
-                continue
-            yield event
+        cut = asyncio.Event()
+        self._watches.add(cut)
+        events = aiter(super()._serve_watch(request))
+        cutting = asyncio.ensure_future(cut.wait())
+        try:
+            while True:
+                following = asyncio.ensure_future(anext(events))
+                await asyncio.wait({following, cutting}, return_when=asyncio.FIRST_COMPLETED)
+                if not following.done():  # cut while waiting: the stream ends, maybe halfway through a line
+                    following.cancel()
+                    if self._cut_mid_event:
+                        yield b'{"type":"MODIFIED","object":{"metadata":{"na'
+                    return
+                try:
+                    event = following.result()
+                except StopAsyncIteration:
+                    return
+                if isinstance(event, dict) and not self._selected(request, event.get("object", {})):
+                    continue
+                yield event
+        finally:
+            cutting.cancel()
+            self._watches.discard(cut)
 
 
 class EmulatorThread:
@@ -435,6 +512,11 @@ class EmulatorThread:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(timeout=30)
         self._tmp.cleanup()
+
+    def cut_watches(self, mid_event: bool = False) -> None:
+        """End every watch stream open now (the clients must watch again), `mid_event` in an event's line."""
+        assert self.emulator is not None
+        self._loop.call_soon_threadsafe(self.emulator.cut_watches, mid_event)
 
     def client_env(self) -> dict[str, str]:
         """Environment for a client process (the operator, kubectl) pointed at this emulator."""

@@ -38,9 +38,13 @@ class Prometheus:
 
 
 @contextmanager
-def running(workdir: Path, config: dict[str, Any]) -> Iterator[Prometheus]:
-    """Start Prometheus with `config` (prometheus.yml as a dict) and stop it afterwards."""
-    port = free_port()
+def running(workdir: Path, config: dict[str, Any], port: int | None = None) -> Iterator[Prometheus]:
+    """Start Prometheus with `config` (prometheus.yml as a dict) and stop it afterwards.
+
+    `port`: the one to listen on (a Prometheus stopped and started again at the same address);
+    by default a free one.
+    """
+    port = port or free_port()
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     command = [
         shutil.which("prometheus") or "prometheus",

@@ -404,6 +404,11 @@ class EfficiencySummary(ApiModel):
         default=None,
         description="When the operator last wrote this status: it skips figures that moved less than a point.",
     )
+    metrics_unavailable_since: datetime | None = Field(
+        default=None,
+        description="Set while Prometheus cannot be read: the figures and findings are those of updatedAt.",
+    )
+    metrics_error: str | None = Field(default=None, description="Why Prometheus could not be read, while it cannot.")
 
 
 class Finding(ApiModel):

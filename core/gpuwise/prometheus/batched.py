@@ -280,9 +280,15 @@ def fetch(
             steps, clocks = pool.submit(step_times), pool.submit(clock_slowdowns)
             ranges = {name: pool.submit(job_series, name, query) for name, query in range_queries().items()}
             instants = {name: pool.submit(fact, name, query) for name, query in instant_queries(window).items()}
-            series = {name: future.result() for name, future in ranges.items()}
-            facts = {name: future.result() for name, future in instants.items()}
-            (worker_steps, extremes), slowdowns = steps.result(), clocks.result()
+            try:
+                series = {name: future.result() for name, future in ranges.items()}
+                facts = {name: future.result() for name, future in instants.items()}
+                (worker_steps, extremes), slowdowns = steps.result(), clocks.result()
+            except BaseException:
+                # One query failed: the round has. The queries not yet sent are not sent, so a
+                # Prometheus that hangs costs the round one client timeout, not one per query.
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
             by_job = _by_job(
                 now, facts, series=series, worker_steps=worker_steps, extremes=extremes, slowdowns=slowdowns
             )

@@ -229,8 +229,8 @@ def worth_writing(
     if stored_recommendations != [(r.action, r.finding, r.changes) for r in new.recommendations]:
         return True
     efficiency = old.get("efficiency") or {}
-    if efficiency.get("topFinding") != new.top_finding:
-        return True
+    if efficiency.get("topFinding") != new.top_finding or efficiency.get("metricsUnavailableSince"):
+        return True  # the top finding changed, or Prometheus answers again after an outage
     for (key, least), fresh in zip(_COMPARED, new.figures, strict=True):
         stored = efficiency.get(key)
         if fresh is None or stored is None:
@@ -265,6 +265,10 @@ class Evaluator:
         # Unchanged efficiency figures are rewritten this often, so that a status is never older.
         self.refresh_seconds = refresh_seconds
         self._snapshots: dict[tuple[float, float], Snapshot] = {}
+        # A read that failed, by window: when, and why. Every job of the cycle gets the same answer
+        # instead of asking again: 10,000 jobs behind one lock, each waiting out the client's
+        # timeout on a Prometheus that hangs, would never finish the cycle.
+        self._failures: dict[tuple[float, float], tuple[float, PrometheusError]] = {}
         self._locks: collections.defaultdict[tuple[float, float], asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.fetches = 0
         self.settings = JobSettingsCache()
@@ -287,18 +291,26 @@ class Evaluator:
             now, previous = self.clock(), self._snapshots.get(key)
             if previous is not None and now - previous.now < self.cycle_seconds:
                 return previous
+            failed = self._failures.get(key)
+            if failed is not None and now - failed[0] < self.cycle_seconds:
+                raise failed[1]
             # The read asks only for what is new since the previous one and takes its series over
             # (`fetch`): not two cycles' worth of series in memory at once.
             self._snapshots.pop(key, None)
-            fresh = await asyncio.to_thread(
-                batched.fetch,
-                self.source,
-                now=now,
-                window_seconds=window_seconds,
-                step_seconds=step_seconds,
-                previous=previous,
-            )
             self.fetches += 1
+            try:
+                fresh = await asyncio.to_thread(
+                    batched.fetch,
+                    self.source,
+                    now=now,
+                    window_seconds=window_seconds,
+                    step_seconds=step_seconds,
+                    previous=previous,
+                )
+            except PrometheusError as exc:  # the next read, a cycle later, starts over from the whole window
+                self._failures[key] = (now, exc)
+                raise
+            self._failures.pop(key, None)
             self._snapshots[key] = fresh
             return fresh
 
@@ -343,7 +355,8 @@ async def publish_efficiency(
         evaluation = await evaluator.evaluate(body, settings)
     except PrometheusError as exc:
         logger.warning("cannot evaluate efficiency: %s", exc)
-        return []
+        await _say_unavailable(body, evaluator.now(), exc, kube)
+        return []  # nothing to act on: no finding is made up, none is cleared, until Prometheus answers
     enforced = settings.mode is EfficiencyMode.ENFORCE
     to_act_on = [r for r in evaluation.recommendations if enforced and r.action in settings.actions]
     # gpuwise_job_* gauges; a deleted job's timer stops and its series expire after 3 cycles.
@@ -351,8 +364,10 @@ async def publish_efficiency(
     phase = refresh_phase(meta["namespace"], meta["name"], evaluator.refresh_seconds)
     if not worth_writing(evaluation, status, evaluator.now(), evaluator.refresh_seconds, phase):
         return to_act_on
-    new = evaluation.status()
+    new = evaluation.status()  # its metricsUnavailableSince is null: Prometheus answered
     await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], {"status": new}, status=True)
+    if (status.get("efficiency") or {}).get("metricsUnavailableSince"):
+        kopf.info(as_body(body), reason="MetricsAvailable", message="Prometheus answers again.")
     before = {f["kind"] for f in status.get("findings") or []}
     for finding in evaluation.findings:
         if finding.kind not in before:
@@ -360,6 +375,23 @@ async def publish_efficiency(
     for kind in before - {f.kind for f in evaluation.findings}:
         kopf.info(as_body(body), reason="FindingCleared", message=f"{kind} no longer holds.")
     return to_act_on
+
+
+async def _say_unavailable(body: JsonDict, now: datetime, error: PrometheusError, kube: Kube) -> None:
+    """Say in the job's status, once an outage, that its figures and findings are not current.
+
+    They stay as they were (the last that Prometheus supported), with `updatedAt` saying when; a
+    status written every cycle of an outage would be one API write per job and cycle for nothing new.
+    """
+    if ((body.get("status") or {}).get("efficiency") or {}).get("metricsUnavailableSince"):
+        return
+    meta = body["metadata"]
+    unavailable = {"metricsUnavailableSince": _stamp(now), "metricsError": str(error)[:1024]}
+    patch = {"status": {"efficiency": unavailable}}
+    await kube.patch(body["apiVersion"], KIND, meta["namespace"], meta["name"], patch, status=True)
+    kopf.warn(
+        as_body(body), reason="MetricsUnavailable", message=f"Cannot read Prometheus: {unavailable['metricsError']}"
+    )
 
 
 async def evaluate_job(

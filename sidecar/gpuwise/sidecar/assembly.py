@@ -9,6 +9,7 @@ taken does it answer 200.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,7 +48,7 @@ class Sidecar:
         self.backend = backend
         self.pod_gpus = pod_gpus
         self.identity = identity
-        self.book = StepBook()
+        self.book = StepBook(started_at=time.time())  # a restarted sidecar counts no step twice
         self.registry = CollectorRegistry(auto_describe=False)
         self.sampler = (
             Sampler(backend, interval, on_sample=on_sample, pod_gpus=pod_gpus) if backend is not None else None

@@ -4,6 +4,13 @@ Events carry running totals (see `gpuwise.instrument.wire`); the book turns cons
 into increments, so a lost datagram costs the histogram some resolution and nothing else, and a
 process that restarts (a new pid on the same rank) simply starts adding from zero again. Memory is
 bounded: at most `MAX_PROCESSES` ranks, a fixed histogram and a one-second-bucket ring per rank.
+
+A sidecar that restarts (killed, OOM, a new image) while its trainer runs on hears totals from a
+process it never saw: the steps before were already exported by the sidecar that died (Prometheus
+has them, and reads the new counter's start from zero as a reset). Adding them again would count
+every one of them twice, so a process that must have been stepping before this book started (more
+step time than the book has been up) is taken as a baseline: its next totals add from there. The
+steps made while no sidecar listened are lost, never doubled.
 """
 
 from __future__ import annotations
@@ -85,9 +92,11 @@ class ProcessSteps:
 
 
 class StepBook:
-    def __init__(self) -> None:
+    def __init__(self, started_at: float | None = None) -> None:
+        """`started_at`: unix time the sidecar started listening; None: every unseen pid is new."""
         self._lock = threading.Lock()
         self._processes: dict[int, ProcessSteps] = {}
+        self._started_at = started_at
 
     def record(self, event: StepEvent, now: float) -> StepDelta | None:
         """Add an event received at unix time `now`; its steps are timed when they ended, if it says.
@@ -101,7 +110,24 @@ class StepBook:
                 if len(self._processes) >= MAX_PROCESSES:
                     raise OverflowError(f"more than {MAX_PROCESSES} training processes")
                 process = self._processes[event.rank] = ProcessSteps(event.rank)
+            if self._resumed(process, event, now):
+                process.latest[event.pid] = event  # a baseline: what it did before was exported already
+                process.pid, process.last = event.pid, event
+                _configure(process, event)
+                return None
             return _apply(process, event, now)
+
+    def _resumed(self, process: ProcessSteps, event: StepEvent, now: float) -> bool:
+        """Whether `event` is the first this book hears from a process that stepped before it started.
+
+        A process started after the book cannot have more step time than the book has been up; one
+        that has was heard (and its steps exported) by a sidecar before this one.
+        """
+        return (
+            self._started_at is not None
+            and event.pid not in process.latest
+            and event.step_seconds > now - self._started_at
+        )
 
     def processes(self) -> list[ProcessSteps]:
         with self._lock:
