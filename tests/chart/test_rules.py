@@ -296,6 +296,20 @@ CASES = [
         ],
     ),
     Case(
+        "a job suspended for idleness again and again",
+        {
+            # The operator's count of Suspend actions that ended Done: once, twice, three times.
+            f'{catalog.ACTION_TRANSITIONS.name}{{job="{OPERATOR_JOB}", instance="op:8080", namespace="team", '
+            'trainingjob="notebook", action="Suspend", state="Done"}': "1x10 2x10 3x20",
+            f'{catalog.ACTION_TRANSITIONS.name}{{job="{OPERATOR_JOB}", instance="op:8080", namespace="team", '
+            'trainingjob="bert", action="AdjustConfig", state="Done"}': "1x10 2x10 3x20",
+        },
+        [
+            ("15m", "GpuwiseJobKeepsGoingIdle", []),  # twice: not yet a pattern
+            ("30m", "GpuwiseJobKeepsGoingIdle", [{"namespace": "team", "trainingjob": "notebook"}]),
+        ],
+    ),
+    Case(
         "the operator is down",
         {f'up{{job="{OPERATOR_JOB}", namespace="gpuwise", pod="gpuwise-0"}}': "0x20"},
         [("10m", "GpuwiseOperatorDown", [{"job": OPERATOR_JOB, "namespace": "gpuwise", "pod": "gpuwise-0"}])],

@@ -12,12 +12,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from gpuwise.diagnose.window import JobWindow
 from gpuwise.metrics import catalog
 from gpuwise.operator.evaluate import Evaluation, Evaluator, evaluate_window, publish_efficiency
 from gpuwise.operator.job_settings import JobSettings, job_settings
-from gpuwise.operator.metrics import JOBS, JobGauges, JobSeries
+from gpuwise.operator.metrics import JOBS, JobGauges, JobSeries, ReclaimedGpuSeconds
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 JOB_METRICS = {m.name for m in (catalog.JOB_FINDING, catalog.JOB_RECOMMENDATION, catalog.JOB_GPU_UTIL,
@@ -198,3 +199,29 @@ def test_publish_efficiency_feeds_the_gauges_and_a_job_that_stops_running_loses_
         assert ("team", "hooked") not in JOBS.jobs()
     finally:
         JOBS.forget("team", "hooked")
+
+
+def test_reclaimed_gpu_seconds_grow_while_suspended_and_stay_after() -> None:
+    now = [0.0]
+    reclaimed = ReclaimedGpuSeconds(clock=lambda: now[0])
+    reclaimed.holding("ml", "bert", 4)
+    now[0] = 100.0
+    reclaimed.holding("ml", "bert", 4)  # every reconcile says so again: counted once
+    assert reclaimed.totals() == {("ml", "bert"): 400.0}
+    now[0] = 150.0
+    reclaimed.released("ml", "bert")  # resumed
+    now[0] = 1000.0
+    assert reclaimed.totals() == {("ml", "bert"): 600.0}, "a counter: it keeps its total"
+    reclaimed.holding("ml", "bert", 4)  # idle again, suspended again
+    now[0] = 1010.0
+    assert reclaimed.totals() == {("ml", "bert"): 640.0}
+    text = generate_latest(_only(reclaimed)).decode()
+    assert 'gpuwise_reclaimed_gpu_seconds_total{namespace="ml",trainingjob="bert"} 640.0' in text
+    reclaimed.released("ml", "bert", forget=True)  # deleted
+    assert reclaimed.totals() == {}
+
+
+def _only(collector: Collector) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry

@@ -108,6 +108,22 @@ def test_phases() -> None:
     assert kinds(suspended)["Suspended"] == ("True", "JobSuspended")
 
 
+def test_a_job_gpuwise_suspended_for_idleness_says_so_until_it_resumes() -> None:
+    said = "Suspended after 60 min idle (8.0 GPU-hours unused): 8 GPU(s) freed. Set spec.runPolicy.suspend: false."
+    record = {"id": "suspend-1", "action": "Suspend", "state": "Done", "reason": "IdleReclaimed", "message": said}
+    found = status.idle_reclaim({"actions": [{"action": "AdjustConfig", "state": "Done"}, record]})
+    assert found == record
+    reclaimed = found["message"]
+    held = {"metadata": {"name": "j"}, "spec": {"suspend": True}}
+    suspended = observe(job=held, suspend_requested=True, reclaimed=reclaimed)
+    assert (suspended["phase"], kinds(suspended)["Suspended"]) == ("Suspended", ("True", "IdleReclaimed"))
+    assert next(c for c in suspended["conditions"] if c["type"] == "Suspended")["message"] == said
+    resuming = observe(job=held, suspend_requested=False, reclaimed=reclaimed)
+    assert kinds(resuming)["Suspended"] == ("True", "JobSuspended"), "the user set suspend: false: resuming"
+    assert status.idle_reclaim({"actions": [{**record, "state": "Verifying"}]}) is None
+    assert status.idle_reclaim({}) is None
+
+
 def test_an_immutable_change_keeps_the_running_phase() -> None:
     observed = observe(
         job=job(),

@@ -347,6 +347,16 @@ ACTION_TRANSITIONS: Final = Metric(
     Scope.TRAININGJOB,
     ("action", "state"),
 )
+# GPU time given back by Suspend (gpuwise.act.suspend): while a job gpuwise suspended for idleness
+# stays suspended, its GPUs count here, by the second (gpuwise.operator.metrics).
+RECLAIMED_GPU_SECONDS: Final = Metric(
+    "gpuwise_reclaimed_gpu_seconds_total",
+    _C,
+    "seconds",
+    "GPU-seconds freed by suspending idle TrainingJobs: their GPUs times the time they stayed suspended "
+    "(counted while the operator runs).",
+    Scope.TRAININGJOB,
+)
 # Pods of other workloads a node-side action evicted to idle a node's GPUs for a TrainingJob
 # (gpuwise.act.nodes): disruption that no TrainingJob budget counts, so it is counted here.
 ACTION_EVICTIONS: Final = Metric(

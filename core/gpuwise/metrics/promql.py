@@ -37,6 +37,17 @@ def increase(metric: Metric, window: str, *matchers: str) -> str:
     return f"increase({sel(metric, *matchers)}[{window}])"
 
 
+def counted(metric: Metric, window: str, *matchers: str) -> str:
+    """Per series, how much a counter counted in `window`, a series born in it counted from zero.
+
+    A labelled counter appears at its first count, already at 1, and `increase()` sees only what
+    comes after its first sample: a series that did not exist at the window's start is taken at its
+    highest value instead.
+    """
+    series = sel(metric, *matchers)
+    return f"({increase(metric, window, *matchers)} and {series} offset {window}) or max_over_time({series}[{window}])"
+
+
 def with_trainingjob(expr: str, *matchers: str, worker: bool = False) -> str:
     """Give per-pod series (such as dcgm-exporter's, which know only the pod) their TrainingJob label.
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gpuwise.api.kinds import FindingKind
+from gpuwise.api.kinds import ActionKind, FindingKind
 from gpuwise.metrics import Metric, catalog
-from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB, increase, rate, sel, with_trainingjob
+from gpuwise.metrics.promql import OPERATOR_JOB, SIDECAR_JOB, counted, increase, rate, sel, with_trainingjob
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -182,6 +182,9 @@ WINDOW_STEPS: Final = 15
 MIN_COVERAGE: Final = 0.8
 # GPUs allocated and no training step for this long: idle.
 IDLE_SECONDS: Final = 600
+# Suspended for idleness this many times in a week: a pattern, not an accident.
+IDLE_AGAIN_TIMES: Final = 3
+SUSPENDED_FOR_IDLENESS: Final = f'action="{ActionKind.SUSPEND}", state="Done"'
 BY_JOB: Final = "by (namespace, trainingjob)"
 ON_JOB: Final = "on (namespace, trainingjob)"
 
@@ -295,6 +298,16 @@ def efficiency() -> RuleGroup:
                 "still slow (the Straggler finding); this pod has the job's slowest steps now. Synchronous "
                 "steps wait for it: look at its node (throttling, a noisy neighbour, a slow link) or "
                 "reschedule it. `kubectl describe tj` names the worker.",
+            ),
+            Alert(
+                "GpuwiseJobKeepsGoingIdle",
+                f"sum {BY_JOB} ({counted(catalog.ACTION_TRANSITIONS, '7d', SUSPENDED_FOR_IDLENESS)}) "
+                f">= {IDLE_AGAIN_TIMES}",
+                "info",
+                f"TrainingJob {job} was suspended for idleness {IDLE_AGAIN_TIMES} times this week",
+                "gpuwise suspended this job for holding its GPUs with no training step, resumed, and it went idle "
+                "again: whoever resumes it may be waiting on something else (data, a review, a notebook). "
+                "A smaller GPU share, a queue (Kueue) or a shorter spec.efficiency.idle.after may serve it better.",
             ),
             Alert(
                 "GpuwiseJobFinding",

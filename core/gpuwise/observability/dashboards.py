@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpuwise.metrics import Metric, catalog
-from gpuwise.metrics.promql import DEVICE_IDENTITY, SIDECAR_JOB, increase, rate, sel, with_trainingjob
+from gpuwise.metrics.promql import DEVICE_IDENTITY, SIDECAR_JOB, counted, rate, sel, with_trainingjob
 
 PanelKind = Literal["timeseries", "stat", "table", "text"]
 DATASOURCE: Final = {"type": "prometheus", "uid": "${datasource}"}
@@ -251,17 +251,6 @@ def _wait_share(by: str, *matchers: str) -> str:
     return f"sum by ({by}) ({wait}) / sum by ({by}) ({step})" if by else f"sum({wait}) / sum({step})"
 
 
-def _counted(metric: Metric, window: str, *matchers: str) -> str:
-    """Per series, how much a counter counted in `window`, a series born in it counted from zero.
-
-    A labelled counter appears at its first count, already at 1, and `increase()` sees only what
-    comes after its first sample: a series that did not exist at the window's start is taken at its
-    highest value instead.
-    """
-    series = sel(metric, *matchers)
-    return f"({increase(metric, window, *matchers)} and {series} offset {window}) or max_over_time({series}[{window}])"
-
-
 def cluster_overview() -> Dashboard:
     idle = f"max_over_time({sel(catalog.GPU_UTIL, NS)}[10m])"
     waste = with_trainingjob(f"(100 - {sel(catalog.GPU_UTIL, NS)}) / 100", NS)
@@ -417,7 +406,7 @@ def cluster_overview() -> Dashboard:
                 (
                     Target(
                         "round(sum by (namespace, trainingjob, action, state) "
-                        f"({_counted(catalog.ACTION_TRANSITIONS, '$__range', NS)})) > 0",
+                        f"({counted(catalog.ACTION_TRANSITIONS, '$__range', NS)})) > 0",
                         instant=True,
                         quiet=True,
                     ),
@@ -425,6 +414,20 @@ def cluster_overview() -> Dashboard:
                 description="Enforce mode: how many actions entered each state (Planned, WaitingForCheckpoint, "
                 "Applying, Verifying, Done, RolledBack, Failed, Stopped; DryRun in dry-run mode) over the time range. "
                 "The job's status.actions and Events tell each one's story.",
+            ),
+            Panel(
+                "GPU-hours reclaimed from idle jobs",
+                "table",
+                (
+                    Target(
+                        "round(sum by (namespace) "
+                        f"({counted(catalog.RECLAIMED_GPU_SECONDS, '$__range', NS)}) / 3600, 0.1) > 0",
+                        instant=True,
+                        quiet=True,
+                    ),
+                ),
+                description="Enforce mode with Suspend: GPU-hours freed over the time range by suspending jobs that "
+                "stayed idle for their spec.efficiency.idle.after (their GPUs times the time they stayed suspended).",
             ),
         ),
     )

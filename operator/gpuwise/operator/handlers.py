@@ -28,7 +28,7 @@ from gpuwise.kube.client import Kube
 from gpuwise.operator.config import LiveSettings, OperatorSettings
 from gpuwise.operator.evaluate import Evaluator, evaluate_job
 from gpuwise.operator.inject import inject_sidecar
-from gpuwise.operator.metrics import JOBS
+from gpuwise.operator.metrics import JOBS, RECLAIMED
 from gpuwise.operator.reconcile import ReconcileContext, reconcile
 from gpuwise.prometheus.client import Prometheus
 
@@ -154,6 +154,7 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
             evaluator: Evaluator = memo["evaluator"]
             evaluator.settings.forget(namespace or "", name)
         JOBS.forget(namespace or "", name)  # its gpuwise_job_* series go now, not at their expiry
+        RECLAIMED.released(namespace or "", name, forget=True)
 
     if settings.prometheus_url:
 

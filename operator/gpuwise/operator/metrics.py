@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuwise.act.transitions import ACTIONS
@@ -109,8 +109,53 @@ class JobGauges(Collector):
         yield from (finding, recommendation, utilization, wait, threshold)
 
 
+class ReclaimedGpuSeconds(Collector):
+    """`gpuwise_reclaimed_gpu_seconds_total{namespace, trainingjob}`: GPUs x seconds suspended.
+
+    The reconciler says when a job that gpuwise suspended for idleness is suspended (`holding`)
+    and when it is not (`released`, also when it is deleted); the count grows with the clock in
+    between, so a scrape sees the seconds up to now, and the job's series stays (at its total)
+    after it resumes. An operator restarted meanwhile counts from its start.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._counted: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], tuple[float, int]] = {}  # since, GPUs
+
+    def holding(self, namespace: str, name: str, gpus: int) -> None:
+        with self._lock:
+            self._counted.setdefault((namespace, name), 0.0)
+            self._held.setdefault((namespace, name), (self._clock(), gpus))
+
+    def released(self, namespace: str, name: str, *, forget: bool = False) -> None:
+        with self._lock:
+            key = (namespace, name)
+            if key in self._held:
+                since, gpus = self._held.pop(key)
+                self._counted[key] = self._counted.get(key, 0.0) + (self._clock() - since) * gpus
+            if forget:
+                self._counted.pop(key, None)
+
+    def totals(self) -> dict[tuple[str, str], float]:
+        now = self._clock()
+        with self._lock:
+            held = {key: (now - since) * gpus for key, (since, gpus) in self._held.items()}
+            return {key: total + held.get(key, 0.0) for key, total in self._counted.items()}
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        metric = catalog.RECLAIMED_GPU_SECONDS
+        family = CounterMetricFamily(metric.name, metric.help, labels=metric.labels)
+        for (namespace, name), total in sorted(self.totals().items()):
+            family.add_metric([namespace, name], total)
+        yield family
+
+
 JOBS: Final = JobGauges()
 REGISTRY.register(JOBS)
+RECLAIMED: Final = ReclaimedGpuSeconds()
+REGISTRY.register(RECLAIMED)
 
 REGISTRY.register(ACTIONS)
 

@@ -24,13 +24,14 @@ from typing import Any
 import kopf
 
 from gpuwise.api.overrides import JobOverrides
-from gpuwise.api.trainingjob import KIND, TERMINAL_PHASES, ActionState, TrainingJobSpec
+from gpuwise.api.trainingjob import KIND, TERMINAL_PHASES, ActionState, Phase, TrainingJobSpec
 from gpuwise.kube import job_overrides
 from gpuwise.kube.client import ApiError, Kube
 from gpuwise.kube.trainingjob import SpecProblem, as_body, follow_mutable_fields, parse_spec
 from gpuwise.operator import status as observed
 from gpuwise.operator import workload
 from gpuwise.operator.config import OperatorSettings
+from gpuwise.operator.metrics import RECLAIMED
 
 JsonDict = dict[str, Any]
 
@@ -231,6 +232,15 @@ async def look_again(owner: JsonDict, ctx: ReconcileContext) -> tuple[JsonDict, 
     return fresh, job, meta["name"] if gone else None
 
 
+def _count_reclaimed(meta: JsonDict, reclaim: JsonDict | None, status: JsonDict) -> None:
+    """Count the GPUs of a job gpuwise suspended for idleness while it stays so (RECLAIMED)."""
+    namespace, name = meta["namespace"], meta["name"]
+    if reclaim is not None and status.get("phase") == Phase.SUSPENDED.value:
+        RECLAIMED.holding(namespace, name, int((reclaim.get("details") or {}).get("gpus", "0")))
+    else:
+        RECLAIMED.released(namespace, name)
+
+
 async def publish(
     *,
     owner: JsonDict,
@@ -244,6 +254,7 @@ async def publish(
 ) -> None:
     """Write the observed status if it changed, with an Event for every condition transition."""
     old: JsonDict = owner.get("status") or {}
+    reclaim = observed.idle_reclaim(old)
     new = observed.observe(
         job=job,
         pods=pods,
@@ -252,7 +263,9 @@ async def publish(
         problem=problem,
         generation=owner["metadata"].get("generation"),
         vanished=vanished,
+        reclaimed=reclaim.get("message", "") if reclaim else None,
     )
+    _count_reclaimed(owner["metadata"], reclaim, new)
     old_conditions: list[JsonDict] = old.get("conditions") or []
     new["conditions"] = observed.with_transition_times(new["conditions"], old_conditions, observed.now())
     if all(old.get(key) == value for key, value in new.items()):

@@ -115,11 +115,14 @@ def observe(
     problem: SpecProblem | None,
     generation: int | None,
     vanished: str | None = None,
+    reclaimed: str | None = None,
 ) -> JsonDict:
     """The status fields this module owns (phase, conditions, workers, times), without timestamps.
 
     `vanished` names the Job this TrainingJob ran and that went away without gpuwise asking: the
     job ends `Failed` with reason `JobVanished`, and the last known restarts and start time stay.
+    `reclaimed` is what gpuwise's Suspend said when it suspended the idle job (`idle_reclaim`):
+    the Suspended condition then has the reason `IdleReclaimed` and says it, until it resumes.
     """
     conditions: list[JsonDict] = []
     if problem is None:
@@ -204,6 +207,8 @@ def observe(
                 else f"Kueue admitted the job from LocalQueue {queue}.",
             )
         )
+    elif suspended and suspend_requested and reclaimed is not None:
+        conditions.append(_condition(SUSPENDED, True, "IdleReclaimed", reclaimed))
     elif suspend_requested or suspended:
         conditions.append(
             _condition(
@@ -216,6 +221,15 @@ def observe(
     status["phase"] = phase.value
     status["conditions"] = conditions
     return status
+
+
+def idle_reclaim(status: JsonDict) -> JsonDict | None:
+    """The record of the Suspend that suspended this job for idleness, if it is its latest action."""
+    actions = status.get("actions") or []
+    last: JsonDict = actions[-1] if actions else {}
+    if (last.get("action"), last.get("state"), last.get("reason")) == ("Suspend", "Done", "IdleReclaimed"):
+        return last
+    return None
 
 
 def with_transition_times(new: list[JsonDict], old: Sequence[JsonDict], at: datetime) -> list[JsonDict]:
