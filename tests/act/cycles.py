@@ -109,15 +109,8 @@ class Job:
         # Each test's own hour: its request ids (named by the time) are new to Prometheus.
         self.start = START + timedelta(hours=next(HOURS))
         self.clock = Clock(self.start)
-        source = Source(prometheus.url)
-        self.runner = Runner(
-            kube,
-            settings,
-            Acks(source, cycle_seconds=0),  # every cycle reads again: the test's cycles are instants
-            Meter(source, window_seconds=300, cycle_seconds=0),
-            kinds=AVAILABLE,
-            clock=self.clock,
-        )
+        self._kube, self._source = kube, Source(prometheus.url)
+        self.runner = self.new_runner(settings)
         cluster.create(trainingjob("bert", **spec))  # spec: sections to update, as scenario.trainingjob takes them
         started = (self.start - timedelta(hours=1)).isoformat()
         status = {"status": {"phase": "Running", "startTime": started}}
@@ -134,6 +127,17 @@ class Job:
             "spec": {"containers": [{"name": "trainer", "image": "x"}]},
         }
         cluster.create(pod)
+
+    def new_runner(self, settings: ActionSettings) -> Runner:
+        """A runner that knows nothing but what the cluster holds: an operator (re)started now."""
+        return Runner(
+            self._kube,
+            settings,
+            Acks(self._source, cycle_seconds=0),  # every cycle reads again: the test's cycles are instants
+            Meter(self._source, window_seconds=300, cycle_seconds=0),
+            kinds=AVAILABLE,
+            clock=self.clock,
+        )
 
     def body(self) -> dict[str, Any]:
         found = self.cluster.get(TJ_API, "TrainingJob", "bert")

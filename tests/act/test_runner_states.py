@@ -25,6 +25,7 @@ from gpuwise.api.trainingjob import ActionRecord, ActionState, Recommendation
 from gpuwise.kube import job_overrides
 from tests.act.conftest import drained
 from tests.act.cycles import SETTINGS, START, Job, acknowledge, job_fixture, prometheus_fixture  # noqa: F401
+from tests.integration.conftest import Cluster
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
 from tests.support.prometheus import Prometheus
 from tests.support.waiting import eventually
@@ -181,3 +182,55 @@ def test_a_stopped_action_is_final_and_counted() -> None:
     stopped = transition(in_flight(ActionState.PLANNED), ActionState.STOPPED, "ActionsDisabled", "m", START)
     assert is_final(stopped)
     assert counted([stopped]) == [stopped], "it was attempted: it counts against maxActionsPerJob"
+
+
+def version(cluster: Cluster, api_version: str, kind: str, name: str) -> tuple[str, str]:
+    """An object's uid and resourceVersion: unchanged means nobody wrote it."""
+    found = cluster.get(api_version, kind, name)
+    assert found is not None
+    return found["metadata"]["uid"], found["metadata"]["resourceVersion"]
+
+
+async def test_an_operator_killed_in_any_state_goes_on_without_doing_anything_twice(
+    job: Job, prometheus: Prometheus
+) -> None:
+    """Issue 20: after every cycle the operator dies, and a new one (a fresh Runner, which knows
+    only what the cluster holds) takes over. The action still asks for one checkpoint, replaces
+    the Job once, and measures from the time it first saw the job running."""
+    record = await job.cycle(MORE_WORKERS)  # Planned -> WaitingForCheckpoint
+    assert record is not None
+    rid = request_id(record)
+    pod = version(job.cluster, "v1", "Pod", "bert-0")
+    job.runner = job.new_runner(SETTINGS)
+    assert (await job.cycle(after=5) or record).state is ActionState.WAITING_FOR_CHECKPOINT
+    assert version(job.cluster, "v1", "Pod", "bert-0") == pod, "the request is not asked again"
+
+    acknowledge(prometheus, worker=0, rid=rid, at=job.clock().timestamp())
+    job.runner = job.new_runner(SETTINGS)
+    record = await job.cycle(after=5)  # Applying: the overrides written, the old Job still there
+    assert record is not None and record.state is ActionState.APPLYING
+    old_job = version(job.cluster, "batch/v1", "Job", "bert")
+
+    job.runner = job.new_runner(SETTINGS)
+    await job.cycle(after=5)  # deletes the old Job
+    eventually(lambda: job.cluster.get("batch/v1", "Job", "bert") is None, what="the old Job deleted")
+    job.runner = job.new_runner(SETTINGS)
+    record = await job.cycle(after=5)  # killed between the delete and the re-creation: waits for it
+    assert record is not None and record.state is ActionState.APPLYING
+    job.render()
+    new_job = version(job.cluster, "batch/v1", "Job", "bert")
+    assert new_job[0] != old_job[0]
+
+    job.runner = job.new_runner(SETTINGS)
+    record = await job.cycle(after=5)  # Verifying, running since now
+    assert record is not None and record.state is ActionState.VERIFYING
+    since = record.details["runningSince"]
+    for _ in range(2):
+        job.runner = job.new_runner(SETTINGS)
+        record = await job.cycle(after=SETTINGS_WINDOW / 2 - 1)
+        assert record is not None and record.details["runningSince"] == since, "the clock is not restarted"
+    job.runner = job.new_runner(SETTINGS)
+    record = await job.cycle(after=2)
+    assert record is not None and record.state is ActionState.DONE
+    assert version(job.cluster, "batch/v1", "Job", "bert")[0] == new_job[0], "replaced once"
+    assert [t.state for t in record.history].count(ActionState.WAITING_FOR_CHECKPOINT) == 1
