@@ -199,3 +199,31 @@ def test_only_refusals_that_wait_on_the_clock_or_the_cluster_do_not_last() -> No
         "InstrumentationDisabled": True, "MaxActions": True,
         "MinRuntime": False, "Cooldown": False, "BudgetExhausted": False,
     }  # fmt: skip
+
+
+def test_min_runtime_and_cooldown_at_their_edges() -> None:
+    """A job may be acted on from the second it has run `minRuntime`, and from the second the
+    cooldown after its last action is over: not one second before (issue 23)."""
+
+    def reason(records: list[Any], at: datetime) -> str | None:
+        found = refused(view(), records, at)
+        return found.reason if found else None
+
+    assert reason([], STARTED + timedelta(minutes=10, seconds=-1)) == "MinRuntime"
+    assert reason([], STARTED + timedelta(minutes=10)) is None
+    ended = NOW  # the job has run an hour: only the cooldown holds it
+    last = transition(
+        new_record(ActionKind.ADJUST_CONFIG, "InputBound", PLAN, NONE, ended),
+        ActionState.DONE,
+        "NoWorse",
+        "kept",
+        ended,
+    )
+    assert reason([last], ended + timedelta(minutes=30, seconds=-1)) == "Cooldown"
+    assert reason([last], ended + timedelta(minutes=30)) is None
+
+
+@pytest.mark.parametrize(("disrupted", "refused_"), [(0, False), (1, True)])
+def test_a_budget_of_one_is_used_up_by_exactly_one_disrupted_job(disrupted: int, refused_: bool) -> None:
+    fleet = Fleet(running={"team-a": 4}, disrupted={"team-a": disrupted} if disrupted else {})
+    assert (budget_refusal("team-a", fleet, [Budget(jobs="1")], NOW) is not None) is refused_

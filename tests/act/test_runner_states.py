@@ -25,6 +25,7 @@ from gpuwise.api.trainingjob import ActionRecord, ActionState, Recommendation
 from gpuwise.kube import job_overrides
 from tests.act.conftest import drained
 from tests.act.cycles import SETTINGS, START, Job, acknowledge, job_fixture, prometheus_fixture  # noqa: F401
+from tests.act.scenario import TJ_API
 from tests.integration.conftest import Cluster
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
 from tests.support.prometheus import Prometheus
@@ -234,3 +235,25 @@ async def test_an_operator_killed_in_any_state_goes_on_without_doing_anything_tw
     assert record is not None and record.state is ActionState.DONE
     assert version(job.cluster, "batch/v1", "Job", "bert")[0] == new_job[0], "replaced once"
     assert [t.state for t in record.history].count(ActionState.WAITING_FOR_CHECKPOINT) == 1
+
+
+APPLY_TIMEOUT = 1800  # SETTINGS.apply_timeout, in seconds
+
+
+async def test_a_change_not_applied_within_its_timeout_is_rolled_back_one_second_past_it(job: Job) -> None:
+    target = job_overrides.NONE.model_copy(update={"env": {"NUM_WORKERS": "4"}})
+    job.store(in_flight(ActionState.APPLYING, at=job.start, overrides_target=target, restart=True))
+    record = await job.cycle(after=APPLY_TIMEOUT)
+    assert record is not None and record.state is ActionState.APPLYING and not record.reverting, "at the limit"
+    record = await job.cycle(after=1)
+    assert record is not None and record.reverting and record.reason == "ApplyTimeout"
+    assert record.history[-1].at == job.start + timedelta(seconds=APPLY_TIMEOUT + 1)
+
+
+async def test_a_restarted_job_that_does_not_run_within_the_timeout_is_rolled_back(job: Job) -> None:
+    job.store(in_flight(ActionState.VERIFYING, at=job.start))
+    job.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"phase": "Pending"}}, status=True)
+    record = await job.cycle(after=APPLY_TIMEOUT)
+    assert record is not None and record.state is ActionState.VERIFYING, "at the limit: still waiting for it"
+    record = await job.cycle(after=1)
+    assert record is not None and record.reverting and record.reason == "NotRunning"
