@@ -20,8 +20,9 @@ from kopf._core.engines import posting
 from gpuwise import wiring
 from gpuwise.act.guardrails import counted
 from gpuwise.act.machine import Plan, is_final, new_record, request_id, transition
+from gpuwise.act.runner import speedup
 from gpuwise.api.kinds import ActionKind
-from gpuwise.api.trainingjob import ActionRecord, ActionState, Recommendation
+from gpuwise.api.trainingjob import ActionRecord, ActionState, Measurement, Recommendation
 from gpuwise.kube import job_overrides
 from tests.act.conftest import drained
 from tests.act.cycles import SETTINGS, START, Job, acknowledge, job_fixture, prometheus_fixture  # noqa: F401
@@ -41,7 +42,12 @@ SETTINGS_WINDOW = 300  # SETTINGS.verify_window, in seconds
 REQUEST = wiring.ANNOTATION_CHECKPOINT_REQUEST
 OFF = SETTINGS.model_copy(update={"enabled": False})
 MORE_WORKERS = Recommendation(
-    action=ActionKind.ADJUST_CONFIG, finding="InputBound", message="m", changes={"NUM_WORKERS": "4"}
+    action=ActionKind.ADJUST_CONFIG,
+    finding="InputBound",
+    message="m",
+    changes={"NUM_WORKERS": "4"},
+    expected_effect="up to 2.5x steps per second: 60% of step time is input wait",
+    expected_speedup=2.5,
 )
 
 
@@ -93,6 +99,8 @@ async def test_a_restart_walks_every_state_when_the_clock_says(
     record = await job.cycle(after=1)
     assert record is not None and record.state is ActionState.DONE
     assert record.reason == "NotMeasured", "no throughput on either side: kept, and said so"
+    assert (record.expected_speedup, record.expected_effect) == (2.5, MORE_WORKERS.expected_effect), "as planned"
+    assert record.measured_speedup is None, "nothing measured, no ratio invented"
     assert record.history[-1].at == running_since + timedelta(seconds=SETTINGS_WINDOW)
 
 
@@ -257,3 +265,11 @@ async def test_a_restarted_job_that_does_not_run_within_the_timeout_is_rolled_ba
     assert record is not None and record.state is ActionState.VERIFYING, "at the limit: still waiting for it"
     record = await job.cycle(after=1)
     assert record is not None and record.reverting and record.reason == "NotRunning"
+
+
+def test_the_measured_speedup_needs_both_sides_measured() -> None:
+    at = START
+    assert speedup(Measurement(samples_per_second=10, at=at), Measurement(samples_per_second=25, at=at)) == 2.5
+    assert speedup(Measurement(samples_per_second=0, at=at), Measurement(samples_per_second=25, at=at)) is None
+    assert speedup(None, Measurement(samples_per_second=25, at=at)) is None
+    assert speedup(Measurement(samples_per_second=10, at=at), Measurement(gpu_utilization=50, at=at)) is None

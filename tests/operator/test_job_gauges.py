@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 
 from gpuwise.diagnose.window import JobWindow
 from gpuwise.metrics import catalog
-from gpuwise.operator.evaluate import Evaluation, Evaluator, evaluate_window, publish_efficiency
+from gpuwise.operator.evaluate import Evaluation, Evaluator, evaluate_window, publish_efficiency, verified_speedups
 from gpuwise.operator.job_settings import JobSettings, job_settings
 from gpuwise.operator.metrics import JOBS, JobGauges, JobSeries, ReclaimedGpuSeconds
 
@@ -225,3 +225,24 @@ def _only(collector: Collector) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(collector)
     return registry
+
+
+def test_the_latest_verified_action_shows_its_predicted_and_measured_speedup() -> None:
+    actions = [
+        {"action": "AdjustConfig", "state": "Done", "expectedSpeedup": 3.0, "measuredSpeedup": 2.4},
+        {"action": "Reschedule", "state": "RolledBack", "expectedSpeedup": 1.8, "measuredSpeedup": 0.7},
+        {"action": "AdjustConfig", "state": "Verifying", "expectedSpeedup": 2.0},  # not verified yet
+        {"action": "Suspend", "state": "Done"},  # nothing to measure
+    ]
+    shown = verified_speedups({"actions": actions})
+    assert shown == (("Reschedule", "predicted", 1.8), ("Reschedule", "measured", 0.7)), "a revert is a verdict too"
+    assert verified_speedups({"actions": [{"action": "Pack", "state": "Done", "measuredSpeedup": 1.0}]}) == (
+        ("Pack", "measured", 1.0),
+    ), "no prediction: only what was measured"
+    gauges = JobGauges()
+    gauges.publish("ml", "bert", JobSeries(None, None, (), (), 50.0, shown), ttl=60)
+    text = generate_latest(_only(gauges)).decode()
+    assert (
+        'gpuwise_job_action_speedup_ratio{action="Reschedule",basis="measured",namespace="ml",trainingjob="bert"} 0.7'
+        in text
+    )

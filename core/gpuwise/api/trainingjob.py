@@ -426,6 +426,12 @@ class Recommendation(ApiModel):
     message: str
     changes: dict[str, str] = Field(default_factory=dict)
     expected_effect: str | None = None
+    expected_speedup: float | None = Field(
+        default=None,
+        gt=0,
+        description="The samples per second expected after the change over before it, where the rule predicts "
+        "throughput from what it measured (at most: an upper bound); expectedEffect says its basis.",
+    )
 
 
 class ActionState(StrEnum):
@@ -484,6 +490,11 @@ class ActionRecord(ApiModel):
     checkpoint_acknowledged_at: datetime | None = None
     baseline: Measurement | None = None
     result: Measurement | None = None
+    expected_effect: str | None = Field(default=None, description="The recommendation's expected effect, as planned.")
+    expected_speedup: float | None = Field(default=None, gt=0, description="Its predicted samples/s ratio.")
+    measured_speedup: float | None = Field(
+        default=None, ge=0, description="result over baseline samples/s, once verified with both measured."
+    )
     details: dict[str, str] = Field(default_factory=dict)
     history: Annotated[list[ActionTransition], Field(max_length=MAX_ACTION_HISTORY)] = Field(default_factory=list)
 

@@ -249,6 +249,7 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
         changes=changes,
         expected_effect=f"up to {speedup:.1f}x steps per second: {wait:.0%} of step time is input wait"
         + (f", and up to {min(100.0, util * speedup):.0f}% GPU utilization" if measured else ""),
+        expected_speedup=round(speedup, 2),
     )
     return finding, recommendation
 
@@ -382,6 +383,7 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
             if growth
             else None
         ),
+        expected_speedup=round(min(growth, 100 / max(util, 1.0)), 2) if growth else None,
     )
     return finding, recommendation
 
@@ -499,6 +501,7 @@ def _straggler(ctx: RuleContext, worker: int, peak: float, baseline: float, star
         message=f"Replace worker {worker}'s pod on another node (after a checkpoint).",
         changes={},
         expected_effect=f"up to {peak:.1f}x faster steps for the whole job",
+        expected_speedup=round(peak, 2),
     )
     return finding, recommendation
 

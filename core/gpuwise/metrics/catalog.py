@@ -335,6 +335,15 @@ JOB_GPU_UTIL_THRESHOLD: Final = Metric(
     "A running TrainingJob's spec.efficiency.thresholds.gpuUtilization: below it the job is underutilized.",
     Scope.TRAININGJOB,
 )
+JOB_ACTION_SPEEDUP: Final = Metric(
+    "gpuwise_job_action_speedup_ratio",
+    _G,
+    "1",
+    "The latest verified action on a running TrainingJob: samples/s after over before, as its recommendation "
+    "predicted it (basis=predicted, an upper bound) and as measured (basis=measured), to score the predictions.",
+    Scope.TRAININGJOB,
+    ("action", "basis"),
+)
 
 # The actions the operator takes (Enforce mode): counted at every transition of an action's record,
 # the moment its Event is posted (gpuwise.act.runner).

@@ -48,6 +48,7 @@ from gpuwise.api.trainingjob import (
     ActionRecord,
     ActionState,
     EfficiencyMode,
+    Measurement,
     Phase,
     Recommendation,
 )
@@ -89,6 +90,13 @@ def trimmed(records: list[ActionRecord]) -> list[ActionRecord]:
 def _entered(record: ActionRecord, state: ActionState) -> datetime:
     """When the record last entered `state` (its history; the last update if trimmed away)."""
     return next((t.at for t in reversed(record.history) if t.state is state), record.updated_at)
+
+
+def speedup(before: Measurement | None, after: Measurement | None) -> float | None:
+    """Samples per second after over before, both measured (and before not zero); else None."""
+    old = before.samples_per_second if before else None
+    new = after.samples_per_second if after else None
+    return round(new / old, 3) if old and new is not None else None
 
 
 def _resume(record: ActionRecord, ack: Ack) -> dict[str, Any]:
@@ -307,7 +315,10 @@ class Runner:
                     return False
                 baseline = await self.meter.measure(job.namespace, job.name, at)
                 record = new_record(recommendation.action, recommendation.finding, plan, job.overrides, at)
-                record = record.model_copy(update={"baseline": baseline})
+                expected = {"expected_effect": recommendation.expected_effect}
+                record = record.model_copy(
+                    update={"baseline": baseline, **expected, "expected_speedup": recommendation.expected_speedup}
+                )
                 if self.settings.dry_run:
                     record = transition(record, ActionState.DRY_RUN, "DryRun", f"Dry run, not done: {plan.message}", at)
                 await self._save(job, [*records, record])
@@ -510,7 +521,7 @@ class Runner:
         if (at - datetime.fromisoformat(since)).total_seconds() < parse_duration(self.settings.verify_window):
             return None
         result = await self.meter.measure(job.namespace, job.name, at)
-        measured = record.model_copy(update={"result": result})
+        measured = record.model_copy(update={"result": result, "measured_speedup": speedup(record.baseline, result)})
         verdict = self.kinds[record.action].verify(measured, self.settings)
         if verdict.keep:
             return transition(measured, ActionState.DONE, verdict.reason, verdict.message, at)

@@ -106,6 +106,7 @@ class Evaluation:
     previous: Mapping[str, Finding]  # the stored status's findings by kind, as the rules held them
     utilization_threshold: float  # the job's spec.efficiency.thresholds.gpuUtilization
     at: datetime  # when: a finding new in it holds since then
+    action_speedups: tuple[tuple[str, str, float], ...] = ()  # the latest verified action's (`verified_speedups`)
 
     @classmethod
     def of(
@@ -145,6 +146,7 @@ class Evaluation:
             tuple([(finding.kind, finding.confidence) for finding in self.findings]),
             tuple(sorted({(r.action, r.finding) for r in self.recommendations})),  # StrEnum: a str
             self.utilization_threshold,
+            self.action_speedups,
         )
 
 
@@ -164,7 +166,23 @@ def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[
             previous=old_findings,
         )
         diagnoses = diagnose(context)
-    return Evaluation.of(figures(window), diagnoses, old_findings, settings.utilization_threshold, now)
+    evaluation = Evaluation.of(figures(window), diagnoses, old_findings, settings.utilization_threshold, now)
+    evaluation.action_speedups = verified_speedups(previous)
+    return evaluation
+
+
+VERIFIED: Final = frozenset({"Done", "RolledBack"})
+
+
+def verified_speedups(status: Mapping[str, Any]) -> tuple[tuple[str, str, float], ...]:
+    """The latest verified action's predicted and measured samples/s ratios, as its record keeps
+    them (`expectedSpeedup`, `measuredSpeedup`): what `gpuwise_job_action_speedup_ratio` shows."""
+    for record in reversed(status.get("actions") or []):
+        if record.get("state") not in VERIFIED or record.get("measuredSpeedup") is None:
+            continue
+        ratios = (("predicted", record.get("expectedSpeedup")), ("measured", record.get("measuredSpeedup")))
+        return tuple((str(record.get("action")), basis, float(value)) for basis, value in ratios if value is not None)
+    return ()
 
 
 def _findings(status: Mapping[str, Any]) -> list[Finding]:

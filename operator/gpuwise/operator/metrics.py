@@ -57,6 +57,7 @@ class JobSeries:
     findings: tuple[tuple[str, float], ...]  # (kind, confidence)
     recommendations: tuple[tuple[str, str], ...]  # (action, finding)
     utilization_threshold: float  # spec.efficiency.thresholds.gpuUtilization
+    action_speedups: tuple[tuple[str, str, float], ...] = ()  # (action, "predicted" | "measured", ratio)
 
 
 class JobGauges(Collector):
@@ -96,6 +97,7 @@ class JobGauges(Collector):
         finding, recommendation = family(catalog.JOB_FINDING), family(catalog.JOB_RECOMMENDATION)
         utilization, wait = family(catalog.JOB_GPU_UTIL), family(catalog.JOB_DATA_WAIT)
         threshold = family(catalog.JOB_GPU_UTIL_THRESHOLD)
+        speedup = family(catalog.JOB_ACTION_SPEEDUP)
         for (namespace, name), series in sorted(self.jobs().items()):
             for kind, confidence in series.findings:
                 finding.add_metric([namespace, name, kind], confidence)
@@ -106,7 +108,9 @@ class JobGauges(Collector):
             if series.data_wait is not None:
                 wait.add_metric([namespace, name], series.data_wait)
             threshold.add_metric([namespace, name], series.utilization_threshold)
-        yield from (finding, recommendation, utilization, wait, threshold)
+            for action, basis, ratio in series.action_speedups:
+                speedup.add_metric([namespace, name, action, basis], ratio)
+        yield from (finding, recommendation, utilization, wait, threshold, speedup)
 
 
 class ReclaimedGpuSeconds(Collector):
