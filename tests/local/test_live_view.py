@@ -44,6 +44,7 @@ def running(where: Path, backend: Backend | None, clock: Clock) -> Iterator[tupl
         interval=3600.0,  # the first sample only: the figures cannot move under the test
         on_sample=recorder.on_sample,
         on_step=recorder.on_step,
+        started_at=0.0,  # the trackers' step time is their own test clock's, not the wall clock's
     )
     sidecar.start()
     try:

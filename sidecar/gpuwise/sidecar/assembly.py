@@ -43,12 +43,15 @@ class Sidecar:
         on_sample: Callable[[Snapshot], None] | None = None,
         on_step: Callable[[StepDelta], None] | None = None,
         pod_gpus: PodGpus | None = None,
+        started_at: float | None = None,
     ) -> None:
-        """`pod_gpus` narrows the export to the pod's GPUs; without it, every GPU the backend sees."""
+        """`pod_gpus` narrows the export to the pod's GPUs; without it, every GPU the backend sees.
+        `started_at` (unix time, default now) is when it started listening: a process with more step
+        time than that was counted by a sidecar before this one (`StepBook`)."""
         self.backend = backend
         self.pod_gpus = pod_gpus
         self.identity = identity
-        self.book = StepBook(started_at=time.time())  # a restarted sidecar counts no step twice
+        self.book = StepBook(started_at=time.time() if started_at is None else started_at)
         self.registry = CollectorRegistry(auto_describe=False)
         self.sampler = (
             Sampler(backend, interval, on_sample=on_sample, pod_gpus=pod_gpus) if backend is not None else None
