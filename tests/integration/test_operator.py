@@ -17,6 +17,7 @@ import yaml
 from gpuwise.api.kinds import ActionKind
 from gpuwise.api.trainingjob import ActionRecord, ActionState
 from tests.integration.conftest import Cluster, Operator
+from tests.support import kubelet
 from tests.support.waiting import eventually
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -46,22 +47,10 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 def play_kubelet(cluster: Cluster, job: dict[str, Any], index: int, phase: str, node: str) -> None:
     """Create (or update) the pod the Job controller would make for one completion index."""
-    name = f"{job['metadata']['name']}-{index}-abcde"
-    template = job["spec"]["template"]
-    labels = {**template["metadata"]["labels"], "batch.kubernetes.io/job-completion-index": str(index)}
+    pod = kubelet.indexed_pod(job, index, node)
+    name = pod["metadata"]["name"]
     if cluster.get("v1", "Pod", name) is None:
-        cluster.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": name,
-                    "labels": labels,
-                    "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
-                },
-                "spec": {**template["spec"], "nodeName": node},
-            }
-        )
+        cluster.create(pod)
     cluster.patch("v1", "Pod", name, {"status": {"phase": phase}}, status=True)
 
 

@@ -78,10 +78,15 @@ class SidecarProcess:
 
 
 @contextmanager
-def sidecar(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[SidecarProcess]:
-    """`gpuwise sidecar` in a subprocess on a free loopback port, ready when this yields."""
+def sidecar(
+    tmp: Path, *args: str, env: dict[str, str] | None = None, runtime: Path | None = None
+) -> Iterator[SidecarProcess]:
+    """`gpuwise sidecar` in a subprocess on a free loopback port, ready when this yields.
+
+    `runtime` is the directory it shares with the trainer (a pod's emptyDir; default `tmp/run`).
+    """
     port = free_port()
-    runtime = tmp / "run"
+    runtime = runtime or tmp / "run"
     command = [sys.executable, "-m", "gpuwise.cli", "sidecar", "--address", "127.0.0.1", "--port", str(port)]
     command += ["--socket", str(runtime / "steps.sock"), "--instrument-dir", str(runtime / "python"), *args]
     process = subprocess.Popen(command, env=env or environment(), cwd=ROOT, stderr=subprocess.PIPE)
