@@ -40,6 +40,7 @@ def started(identity: Identity, short_tmp: Path, gpus: int) -> Sidecar:
         socket_path=short_tmp / "steps.sock",
         instrument_path=short_tmp / "python",
         port=0,
+        started_at=0.0,  # the tests hand it events received at a fixed time in the past
     )
     side.start()
     return side
