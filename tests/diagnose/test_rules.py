@@ -464,6 +464,25 @@ def test_an_oversized_gpu_gets_the_smallest_mig_slice_that_fits() -> None:
     assert busier["OversizedGPU"][1].changes["migProfile"] == "3g.40gb"
 
 
+@pytest.mark.parametrize(
+    ("actions", "action"),
+    [
+        (frozenset(), "MigRepartition"),
+        (frozenset({"MigRepartition", "Pack"}), "MigRepartition"),
+        (frozenset({"Pack"}), "Pack"),
+    ],
+)
+def test_a_job_that_may_only_be_packed_is_recommended_free_slices_of_the_same_profile(
+    actions: frozenset[str], action: str
+) -> None:
+    """The same measured slice either way; the remedy is the one the job lets gpuwise take."""
+    ctx = context(window(**LIGHT, memory_used_mib=7_000.0))
+    ctx.actions = actions
+    (recommendation,) = [r for f, r in diagnose(ctx) if f.kind == "OversizedGPU"]
+    assert recommendation is not None and recommendation.action.value == action
+    assert recommendation.changes == {"migProfile": "1g.10gb", "resource": "nvidia.com/mig-1g.10gb"}
+
+
 def test_oversized_reads_utilization_where_sm_activity_is_not_measured() -> None:
     finding, _ = run(window(gpu_utilization=[12.0] * 60, memory_used_mib=7_000.0))["OversizedGPU"]
     assert finding.evidence["gpuUtilizationP90"] == "0.12"

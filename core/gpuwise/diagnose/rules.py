@@ -88,6 +88,10 @@ class RuleContext:
     # The active findings as last published, by kind, for a rule whose hysteresis needs more than
     # the kind: which worker a Straggler is, and its baseline before it slowed.
     previous: Mapping[str, Finding] = field(default_factory=dict)
+    # The actions the job lets gpuwise take (spec.efficiency.actions), where a finding has two
+    # remedies and only one of them may be taken: OversizedGPU's MIG slice by repartitioning, or
+    # by packing onto slices other nodes have free.
+    actions: frozenset[str] = frozenset()
 
     def is_active(self, kind: str) -> bool:
         """Whether `kind`, or a kind of its family (`FAMILIES`), is active: its hysteresis applies."""
@@ -575,7 +579,8 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
 
     What the job needs is sized from what it used: its compute for the 90th percentile of its
     activity, filled to at most `mig_fill`, and its memory for its peak plus `mig_memory_margin`.
-    On a GPU with MIG that is the smallest slice holding both (MigRepartition); on one without
+    On a GPU with MIG that is the smallest slice holding both (MigRepartition, or Pack onto free
+    slices when the job allows Pack and not MigRepartition); on one without
     MIG, or of a model gpuwise has no MIG table for, it is a time-sliced share of the GPU (Pack),
     the larger of the two fractions — time-slicing isolates no memory, so the job's memory must fit
     its share too. Only for one GPU per worker (a share serves one process, and shares have no
@@ -604,6 +609,16 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
         if profile is None:
             return None  # no smaller slice holds it: the job needs what it has
         finding = _oversized_finding(ctx, needed, metric, f"a MIG slice {profile.name} would do", profile.name)
+        if ActionKind.PACK in ctx.actions and ActionKind.MIG_REPARTITION not in ctx.actions:
+            return finding, Recommendation(
+                action=ActionKind.PACK,
+                finding=FindingKind.OVERSIZED_GPU,
+                message=f"Run each worker on a free MIG slice {profile.name} (request {profile.resource_name}: 1) "
+                "on a node that has one, instead of a whole GPU.",
+                changes={MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name},
+                expected_effect=f"its whole GPU free for other jobs, on {profile.compute_slices} of "
+                f"{COMPUTE_SLICES} compute slices elsewhere",
+            )
         recommendation = Recommendation(
             action=ActionKind.MIG_REPARTITION,
             finding=FindingKind.OVERSIZED_GPU,

@@ -164,6 +164,7 @@ def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[
             active=frozenset(old_findings),
             since={kind: finding.since for kind, finding in old_findings.items()},
             previous=old_findings,
+            actions=frozenset(settings.actions),
         )
         diagnoses = diagnose(context)
     evaluation = Evaluation.of(figures(window), diagnoses, old_findings, settings.utilization_threshold, now)
