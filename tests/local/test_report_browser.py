@@ -51,15 +51,13 @@ GPU_PLOT = (900, 200)  # report._gpu_plot's width and height
 TOLERANCE = 0.15  # the page's coordinates are written to 0.1
 
 
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """A real run: 60 steps of 20 ms, half of each waiting for input, on two simulated GPUs."""
-    out = tmp_path_factory.mktemp("report")
+def gpuwise_run(out: Path, steps: int, *args: str) -> tuple[Path, dict[str, Any]]:
+    """A real run of `steps` steps of 20 ms, half of each waiting for input: its HTML and JSON reports."""
     child = textwrap.dedent(
         f"""
         import time  # <i>"not markup"</i> & </td>: the page must show this, not obey it
         from gpuwise import instrument
-        for _ in range({STEPS}):
+        for _ in range({steps}):
             with instrument.data_wait():
                 time.sleep(0.01)
             time.sleep(0.01)
@@ -67,15 +65,21 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
         """
     )
     command = [
-        sys.executable, "-m", "gpuwise.cli", "run", "--simulate", "data-starved", "--gpus", "2",
-        "--interval", "0.1", "--report", str(out / "run.json"), "--report", str(out / "run.html"),
-        "--", sys.executable, "-c", child,
+        sys.executable, "-m", "gpuwise.cli", "run", *args,
+        "--report", str(out / "run.json"), "--report", str(out / "run.html"), "--", sys.executable, "-c", child,
     ]  # fmt: skip
     result = subprocess.run(
         command, env=environment(), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
     return out / "run.html", json.loads((out / "run.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """Two simulated GPUs playing 'data-starved': both plots, and an InputBound finding."""
+    out = tmp_path_factory.mktemp("report")
+    return gpuwise_run(out, STEPS, "--simulate", "data-starved", "--gpus", "2", "--interval", "0.1")
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +192,19 @@ def _assert_the_gpu_lines_are_the_trace(browser: Any, plot: Any, trace: list[dic
         for (x, y), (t, util) in zip(vertices, samples[gpu], strict=True):
             assert x == pytest.approx(t / end * width, abs=TOLERANCE)
             assert y == pytest.approx(height - util / 100 * height, abs=TOLERANCE)
+
+
+def test_a_run_too_short_to_judge_says_so_on_the_page(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    page, report = gpuwise_run(tmp_path, 8)
+    assert report["not_judged"] and report["not_judged"].startswith("Too short to judge: 8 steps")
+    browser.get(page.as_uri())
+    texts = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "ul > li") if item.is_displayed()]
+    assert report["not_judged"] in texts, texts
+    (steps,) = browser.find_elements(By.CSS_SELECTOR, "svg[aria-label^='step time']")
+    assert steps.is_displayed() and len(steps.find_elements(By.CSS_SELECTOR, "rect.wait")) == 8
+    if not report["trace"]:  # no GPU here: the page says so and draws no GPU plot
+        assert browser.find_elements(By.CSS_SELECTOR, "svg[aria-label='GPU utilization over time']") == []
+        assert "GPU utilization" not in browser.find_element(By.TAG_NAME, "body").text
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

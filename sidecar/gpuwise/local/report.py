@@ -107,7 +107,9 @@ def to_html(run: Run) -> str:
         ("DataLoader", ", ".join(f"{k}={_or_dash(v)}" for k, v in s.setup.items())),
     ]
     table = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    lines = s.findings() + [f"{d['kind']}: {d['message']} {d['recommendation'] or ''}" for d in run.diagnosis]
+    judged = [run.not_judged] if run.not_judged else []  # why there is no finding, as the JSON and terminal say
+    diagnosed = [f"{d['kind']}: {d['message']} {d['recommendation'] or ''}".rstrip() for d in run.diagnosis]
+    lines = s.findings() + judged + diagnosed
     findings = "\n".join(f"<li>{html.escape(line)}</li>" for line in lines)
     gpu_plot = _gpu_plot(run.trace)
     return _PAGE.format(
