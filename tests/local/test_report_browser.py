@@ -126,6 +126,17 @@ def test_the_report_renders_with_its_plots_findings_and_no_console_errors(
 
     _assert_the_step_bars_are_the_steps(browser, plots[0], report["per_step"])
     _assert_the_gpu_lines_are_the_trace(browser, plots[1], report["trace"])
+    # Each line is named in a legend, in its own colour.
+    legend = browser.find_element(By.CSS_SELECTOR, "svg[aria-label='GPU utilization over time'] + p.legend")
+    assert legend.is_displayed() and "GPU 0" in legend.text and "GPU 1" in legend.text, legend.text
+    strokes, swatches = browser.execute_script(
+        """const css = e => getComputedStyle(e);
+           return [Array.from(arguments[0].querySelectorAll('polyline'), p => css(p).stroke),
+                   Array.from(arguments[1].querySelectorAll('span'), s => css(s).color)];""",
+        plots[1],
+        legend,
+    )
+    assert strokes == swatches and len(set(strokes)) == 2, (strokes, swatches)
 
     # Findings and recommendations: one visible item each, in the report's words.
     items = browser.find_elements(By.CSS_SELECTOR, "ul > li")
