@@ -19,11 +19,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[dev,local]"
 	touch $@
 
-# Debian packages the tests run for real (Prometheus and promtool).
+# Debian packages the tests run for real: Prometheus and promtool; Chromium and its chromedriver,
+# which open the HTML report headless. Each is installed only where it is missing, with one
+# `apt-get update` for all of them.
+APT_NEEDED = $(strip \
+  $(if $(shell command -v promtool),,prometheus) \
+  $(if $(shell command -v chromium),,chromium) \
+  $(if $(shell command -v chromedriver),,chromium-driver))
 system-deps:
-	@command -v promtool >/dev/null 2>&1 || { \
-	  echo "installing Debian package 'prometheus' (real Prometheus for the tests)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@if [ -n "$(APT_NEEDED)" ]; then \
+	  echo "installing Debian packages '$(APT_NEEDED)' (real Prometheus, headless Chromium for the tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_NEEDED) >/dev/null; \
+	fi
 
 # checkov scans the chart's manifests in the tests. It pins old versions of packages the project
 # uses (packaging, networkx, hatchling...), so it gets a virtualenv of its own.

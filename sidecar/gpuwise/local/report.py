@@ -107,7 +107,9 @@ def to_html(run: Run) -> str:
         ("DataLoader", ", ".join(f"{k}={_or_dash(v)}" for k, v in s.setup.items())),
     ]
     table = "\n".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    lines = s.findings() + [f"{d['kind']}: {d['message']} {d['recommendation'] or ''}" for d in run.diagnosis]
+    judged = [run.not_judged] if run.not_judged else []  # why there is no finding, as the JSON and terminal say
+    diagnosed = [f"{d['kind']}: {d['message']} {d['recommendation'] or ''}".rstrip() for d in run.diagnosis]
+    lines = s.findings() + judged + diagnosed
     findings = "\n".join(f"<li>{html.escape(line)}</li>" for line in lines)
     gpu_plot = _gpu_plot(run.trace)
     return _PAGE.format(
@@ -170,6 +172,9 @@ def _gpu_plot(records: Sequence[dict[str, Any]], width: int = 900, height: int =
         f"{''.join(lines)}"
         f'<text x="0" y="{height + 15}">0 s</text>'
         f'<text x="{width}" y="{height + 15}" text-anchor="end">{end:.0f} s (0-100 %)</text></svg>'
+        '<p class="legend">'
+        + " ".join(f'<span class="gpu gpu{gpu % 8}">&#9632;</span> GPU {gpu}' for gpu in sorted(series))
+        + "</p>"
     )
 
 
@@ -191,8 +196,11 @@ _PAGE: Final = """<!doctype html>
 body {{ font: 15px/1.45 system-ui, sans-serif; max-width: 960px; margin: 2em auto; color: #222; }}
 th {{ text-align: left; padding-right: 1.5em; font-weight: 600; }}
 .wait {{ fill: #e8890c; color: #e8890c; }} .compute {{ fill: #3b6fb6; color: #3b6fb6; }}
-polyline.gpu {{ fill: none; stroke-width: 1.5; stroke: #3b6fb6; }}
-polyline.gpu1 {{ stroke: #e8890c; }} polyline.gpu2 {{ stroke: #2a9d4b; }} polyline.gpu3 {{ stroke: #b23a48; }}
+polyline.gpu {{ fill: none; stroke-width: 1.5; }}
+.gpu0 {{ stroke: #3b6fb6; color: #3b6fb6; }} .gpu1 {{ stroke: #e8890c; color: #e8890c; }}
+.gpu2 {{ stroke: #2a9d4b; color: #2a9d4b; }} .gpu3 {{ stroke: #b23a48; color: #b23a48; }}
+.gpu4 {{ stroke: #7b4fa6; color: #7b4fa6; }} .gpu5 {{ stroke: #8c6d31; color: #8c6d31; }}
+.gpu6 {{ stroke: #1f9aa8; color: #1f9aa8; }} .gpu7 {{ stroke: #555555; color: #555555; }}
 svg text {{ font-size: 12px; fill: #555; }} .legend {{ color: #555; }}
 </style></head><body>
 <h1>gpuwise run</h1>
