@@ -285,6 +285,17 @@ def test_no_mixed_precision_on_tensor_core_gpus_only() -> None:
     assert "NoMixedPrecision" not in run(window(autocast=None))
 
 
+def test_the_mixed_precision_gain_is_bounded_by_what_the_gpu_computes() -> None:
+    """Amdahl with the hardware's gain: only the share of time the GPU computes gets faster."""
+    busy = run(window(autocast=False, tensor_activity=0.01, gpu_utilization=[92.0] * 60))["NoMixedPrecision"][1]
+    assert busy.expected_speedup == pytest.approx(1 / (0.08 + 0.92 / 15), abs=0.01)  # H100 (9.0): 7.1x
+    assert busy.expected_effect.startswith("at most 7.1x steps per second: the GPU computes 92% of the time")
+    waiting = run(window(autocast=False, tensor_activity=0.01, gpu_utilization=[40.0] * 60, compute_capability=(8, 6)))
+    assert waiting["NoMixedPrecision"][1].expected_speedup == pytest.approx(1 / (0.6 + 0.4 / 4), abs=0.01)  # 1.4x
+    all_along = run(window(autocast=False, tensor_activity=0.01, gpu_utilization=[100.0] * 60))["NoMixedPrecision"]
+    assert all_along[1].expected_speedup == 15.0, "the H200's 10.3x measured (README) is within it"
+
+
 def test_idle_job_gets_only_the_idle_finding() -> None:
     found = run(window(seconds_since_last_step=1800.0, gpu_utilization=[0.0] * 60, autocast=False))
     assert list(found) == ["Idle"]

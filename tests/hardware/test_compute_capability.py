@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from gpuwise.hardware.compute_capability import as_gauge, capability, compute_capability, from_gauge
+from gpuwise.hardware.compute_capability import (
+    amp_speedup_bound,
+    as_gauge,
+    capability,
+    compute_capability,
+    from_gauge,
+    tensor_core_gain,
+)
 
 
 @pytest.mark.parametrize("version", [(7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 1)])
@@ -31,3 +38,11 @@ def test_the_name_table_matches_tokens_not_substrings() -> None:
     assert compute_capability("NVIDIA L4") == (8, 9)
     assert compute_capability("NVIDIA L40S") == (8, 9)
     assert compute_capability("Quadro RTX 6000") is None
+
+
+def test_tensor_core_gain_is_the_table_s_or_the_last_below_it() -> None:
+    assert tensor_core_gain((9, 0)) == 15.0 and tensor_core_gain((8, 0)) == 16.0
+    assert tensor_core_gain((10, 0)) == 15.0, "a newer GPU than the table: the gain it can vouch for"
+    assert tensor_core_gain((8, 7)) == 4.0 and tensor_core_gain((6, 1)) is None
+    assert amp_speedup_bound(15.0, 0.0) == 1.0 and amp_speedup_bound(15.0, 1.0) == 15.0
+    assert amp_speedup_bound(4.0, 1.7) == 4.0, "a busy share past 1 is read as 1"

@@ -23,6 +23,29 @@ COMPUTE_CAPABILITY: Final[dict[str, tuple[int, int]]] = {
 }  # fmt: skip
 
 
+# Dense half-precision (fp16/bf16) tensor-core math over plain fp32 math, by compute capability,
+# from NVIDIA's datasheets: V100 125/15.7 TFLOPS, T4 65/8.1, A100 312/19.5, A10 125/31.2 (A40 and
+# L4/L40S alike, about 4), H100 SXM 989/67. An fp32 model moved to autocast gains at most this on
+# the share of the time its GPU computes (`amp_speedup_bound`).
+TENSOR_CORE_GAIN: Final[dict[tuple[int, int], float]] = {
+    (7, 0): 8.0, (7, 5): 8.0, (8, 0): 16.0, (8, 6): 4.0, (8, 9): 4.0, (9, 0): 15.0,
+}  # fmt: skip
+
+
+def tensor_core_gain(capability: tuple[int, int]) -> float | None:
+    """The capability's tensor-core gain over fp32 (`TENSOR_CORE_GAIN`); a newer capability than the
+    table takes the last one below it (the smaller gain the table can vouch for); None before tensor cores."""
+    known = [gain for cc, gain in sorted(TENSOR_CORE_GAIN.items()) if cc <= capability]
+    return known[-1] if known else None
+
+
+def amp_speedup_bound(gain: float, busy: float) -> float:
+    """At most how many times faster steps get with autocast (Amdahl): the GPU computes `busy`
+    (0-1) of the time and that part gets at most `gain`; the rest (input, the host) nothing."""
+    busy = min(max(busy, 0.0), 1.0)
+    return 1 / ((1 - busy) + busy / gain)
+
+
 @functools.cache  # a handful of models, asked for by every job each cycle
 def compute_capability(model: str | None) -> tuple[int, int] | None:
     """A GPU's CUDA compute capability from its NVML model name; None for a model not listed."""
