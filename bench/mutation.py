@@ -144,7 +144,7 @@ def stage(module: Module, per_test_timeout: int) -> Path:
     # On PYTHONPATH before mutmut fills it: a directory missing at start-up is never searched.
     (here / "mutants" / "src").mkdir(parents=True)
     # mutmut runs the tests from mutants/; some read files of the checkout next to tests/.
-    for name in ("examples", "crds", "charts", "Dockerfile", "README.md"):
+    for name in ("core", "operator", "sidecar", "examples", "crds", "charts", "Dockerfile", "README.md"):
         (here / "mutants" / name).symlink_to(ROOT / name)
     pytest_settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     mutmut_settings: dict[str, object] = {
