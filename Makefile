@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # pip takes the CPU build from the machine's local index at this exact version.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint typecheck unit crd system-deps checkov clean
+.PHONY: demo test lint typecheck unit crd system-deps checkov clean mutation
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ unit: $(STAMP) system-deps $(CHECKOV)
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit
+
+# Mutation testing of the modules that decide and act (README: "Mutation testing"). Slow, so not
+# part of `make test`: MODULES="wire guardrails" for some of them, BUDGET seconds per module.
+MODULES ?=
+BUDGET  ?= 900
+mutation: $(STAMP) system-deps
+	$(BIN)/python -m bench.mutation --budget $(BUDGET) $(MODULES)
 
 # The CRD is generated from the models; the chart ships the same file (drift tests check both).
 crd: $(STAMP)

@@ -227,3 +227,97 @@ def test_min_runtime_and_cooldown_at_their_edges() -> None:
 def test_a_budget_of_one_is_used_up_by_exactly_one_disrupted_job(disrupted: int, refused_: bool) -> None:
     fleet = Fleet(running={"team-a": 4}, disrupted={"team-a": disrupted} if disrupted else {})
     assert (budget_refusal("team-a", fleet, [Budget(jobs="1")], NOW) is not None) is refused_
+
+
+# --- edges (each found by a mutant that no test told from the original: `make mutation`) ---------
+
+
+def test_a_window_is_shut_until_its_very_second() -> None:
+    office_hours = Budget(jobs="0", schedule="0 9 * * 1-5", duration="8h")
+    assert not window_open(office_hours, NOW.replace(hour=8, minute=59, second=59))
+    assert window_open(office_hours, NOW.replace(hour=9, minute=0, second=0))
+
+
+def test_a_budget_that_does_not_apply_does_not_hide_the_next_one() -> None:
+    fleet = Fleet(running={"team-a": 4}, disrupted={"team-a": 1})
+    other_namespace, shut_window = (
+        Budget(jobs="0", namespace="team-b"),
+        Budget(jobs="0", schedule="0 3 * * *", duration="1h"),
+    )
+    refusal = budget_refusal("team-a", fleet, [other_namespace, shut_window, Budget(jobs="1", namespace="*")], NOW)
+    assert refusal is not None and refusal.reason == "BudgetExhausted"
+
+
+def test_a_namespace_the_fleet_has_not_counted_has_nothing_running_or_disrupted() -> None:
+    running_only = Fleet(running={"team-a": 3}, disrupted={})
+    assert budget_refusal("team-a", running_only, [Budget(jobs="1", namespace="team-a")], NOW) is None
+    unseen = Fleet(running={}, disrupted={})
+    refusal = budget_refusal("team-a", unseen, [Budget(jobs="50%", namespace="team-a")], NOW)
+    assert refusal is not None
+    assert (
+        refusal.message == "the namespace team-a budget 50% allows 0 disrupted job(s) of 0 running, and 0 already are"
+    )
+    assert budget_refusal("team-a", unseen, [Budget(jobs="1", namespace="team-a")], NOW) is None
+
+
+def test_a_body_without_metadata_has_no_annotation() -> None:
+    job = view()
+    bare = JobView(job.namespace, job.name, {"spec": job.body["spec"]}, job.spec, job.overrides)
+    assert refused(bare) is None
+
+
+def test_each_refusal_says_why_in_its_event() -> None:
+    earlier = new_record(ActionKind.ADJUST_CONFIG, "InputBound", PLAN, NONE, NOW - timedelta(hours=2))
+    done = transition(earlier, ActionState.DONE, "NoWorse", "kept", NOW - timedelta(minutes=10))
+    cases = [
+        (
+            refused(view(), settings=JOB_SETTINGS.model_copy(update={"enabled": False})),
+            "the operator's actions are off (settings actions.enabled, chart actions.enforce)",
+        ),
+        (
+            refused(view(), settings=JOB_SETTINGS.model_copy(update={"kinds": []})),
+            "the operator is not set to take AdjustConfig (settings actions.kinds)",
+        ),
+        (
+            refused(view({wiring.ANNOTATION_DO_NOT_DISRUPT: "true"})),
+            'the job is annotated gpuwise.io/do-not-disrupt: "true"',
+        ),
+        (
+            refused(view(checkpoint={"enabled": False})),
+            "the action restarts the job and spec.checkpoint.enabled is false: gpuwise never restarts it",
+        ),
+        (
+            refused(view(telemetry={"instrumentation": "Disabled"})),
+            "the action restarts the job after a checkpoint handshake, and with spec.telemetry.instrumentation "
+            "Disabled nothing in the job can answer it",
+        ),
+        (refused(view(), at=STARTED + timedelta(minutes=5)), "the job has run less than 10m"),
+        (refused(view(), [done]), "the last action ended at 10:20:00; the cooldown is 30m"),
+        (
+            refused(view(), [done, done], at=NOW + timedelta(hours=1)),
+            "the job has had 2 action(s), the most allowed",
+        ),
+    ]
+    for refusal, message in cases:
+        assert refusal is not None and refusal.message == message
+
+
+def test_minimum_runtime_and_cooldown_end_on_their_very_second() -> None:
+    assert refused(view(), at=STARTED + timedelta(minutes=10)) is None, "ran exactly minRuntime"
+    earlier = new_record(ActionKind.ADJUST_CONFIG, "InputBound", PLAN, NONE, NOW - timedelta(hours=2))
+    done = transition(earlier, ActionState.DONE, "NoWorse", "kept", NOW - timedelta(minutes=10))
+    assert refused(view(), [done], at=NOW + timedelta(minutes=20)) is None, "exactly the cooldown after"
+
+
+def test_a_reverted_change_is_named_and_found_among_other_records() -> None:
+    job = view(trainer={"image": "x", "env": [{"name": "NUM_WORKERS", "value": "2"}]})
+    started = new_record(ActionKind.ADJUST_CONFIG, "InputBound", PLAN, NONE, NOW - timedelta(hours=3))
+    started = started.model_copy(update={"changes": {"NUM_WORKERS": "4", "AMP": "1"}})
+    worse = transition(started, ActionState.ROLLED_BACK, "Worse", "slower", NOW - timedelta(hours=2))
+    kept = transition(started, ActionState.DONE, "NoWorse", "kept", NOW - timedelta(hours=2))
+    plan = Plan(target=PLAN.target, message="m", changes={"NUM_WORKERS": "6", "AMP": "1"})
+    refusal = reverted_before(job, ActionKind.ADJUST_CONFIG, plan, [kept, worse])
+    assert refusal is not None and refusal.reason == "RevertedBefore"
+    assert f"action {started.id} made the same change (AMP=1, NUM_WORKERS=4) and was reverted at" in refusal.message
+    as_now = Plan(target=PLAN.target, message="m", changes={"NUM_WORKERS": "2", "AMP": "1"})
+    assert reverted_before(job, ActionKind.ADJUST_CONFIG, as_now, [worse]) is None, "what it runs with is not up"
