@@ -108,8 +108,11 @@ def test_input_bound_recommends_workers_within_cpu_and_pinning() -> None:
     assert recommendation.expected_effect == (
         "up to 3.3x steps per second: 70% of step time is input wait, and up to 100% GPU utilization"
     )
+    assert recommendation.message.startswith("Raise DataLoader workers and pin host memory; ")
     capped = run(window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.7] * 60, num_workers=2, cpu_cores=4.0))
     assert capped["InputBound"][1].changes["NUM_WORKERS"] == "3"
+    pinned = capped["InputBound"][1]  # pin_memory already on: pinning is no advice
+    assert pinned.message.startswith("Raise DataLoader workers; ") and "pin" not in pinned.message
 
 
 def test_waiting_for_input_is_a_fact_without_gpu_telemetry_too() -> None:

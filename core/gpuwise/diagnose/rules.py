@@ -239,12 +239,21 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
     )
     prefetch = "raise the DataLoader's prefetch_factor (batches each worker loads ahead; 2 by default)"
     if changes:
-        advice = f"Raise DataLoader workers and pin host memory; {prefetch}; move heavy augmentation off the step path."
+        # Say only what would change: pinning is no advice to a job whose memory is pinned already.
+        steps = [
+            *(["Raise DataLoader workers"] if workers is not None and workers.env in changes else []),
+            *(["pin host memory"] if w.pin_memory is not True else []),
+        ]
+        advice = (
+            f"{' and '.join(steps) or 'Feed the GPU faster'}; {prefetch}; move heavy augmentation off the step path."
+        )
+        advice = advice[0].upper() + advice[1:]
     elif cpu_bound:
         advice = "Give the pod more CPU or move preprocessing offline; no declared tunable can fix this."
     else:
         advice = (
-            f"Use more DataLoader workers{f' (up to {spare} per process)' if spare else ''} and pin_memory=True; "
+            f"Use more DataLoader workers{f' (up to {spare} per process)' if spare else ''}"
+            f"{' and pin_memory=True' if w.pin_memory is not True else ''}; "
             f"{prefetch}. Declare spec.efficiency.tunables.dataLoaderWorkers so gpuwise can set the workers."
         )
     recommendation = Recommendation(
