@@ -178,9 +178,14 @@ def test_status_follows_pods_and_job(cluster: Cluster, operator: Operator) -> No
     job = eventually(lambda: job_of(cluster, "bert"), what="the Job")
     play_kubelet(cluster, job, 0, "Running", "gpu-node-a")
     play_kubelet(cluster, job, 1, "Pending", "gpu-node-b")
+    # Running as soon as worker 0 runs; worker 1's pod may reach status a reconcile later.
     status = eventually(
-        lambda: (s := (cluster.trainingjob("bert") or {}).get("status", {})).get("phase") == "Running" and s,
-        what="phase Running",
+        lambda: (
+            (s := (cluster.trainingjob("bert") or {}).get("status", {})).get("phase") == "Running"
+            and len(s.get("workers") or []) == 2
+            and s
+        ),
+        what="phase Running with both workers",
     )
     assert status["workers"] == [
         {"index": 0, "pod": "bert-0-abcde", "node": "gpu-node-a", "phase": "Running", "restarts": 0},
