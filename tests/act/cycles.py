@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from kopf._core.engines import posting
@@ -35,7 +33,7 @@ from gpuwise.operator.workload import render_job
 from gpuwise.prometheus.client import Prometheus as Source
 from tests.act.scenario import TJ_API, trainingjob
 from tests.integration.conftest import Cluster
-from tests.support.prometheus import Prometheus, running
+from tests.support.prometheus import Prometheus, scraping
 from tests.support.waiting import eventually
 
 START = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
@@ -43,43 +41,23 @@ SETTINGS = ActionSettings(min_runtime="10m", verify_window="5m", apply_timeout="
 HOURS = itertools.count()
 
 
-class _Exposition(BaseHTTPRequestHandler):
-    """What the sidecars export: the acknowledgements a test has put here so far."""
+# What the sidecars export: the acknowledgements a test has put here so far, by worker and request.
+ACKS: dict[str, str] = {}
 
-    lines: ClassVar[dict[str, str]] = {}
 
-    def do_GET(self) -> None:
-        body = ("# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + "".join(self.lines.values())).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+def exposition() -> bytes:
+    return ("# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + "".join(ACKS.values())).encode()
 
 
 @pytest.fixture(scope="module", name="prometheus")
 def prometheus_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    target = HTTPServer(("127.0.0.1", 0), _Exposition)
-    threading.Thread(target=target.serve_forever, daemon=True).start()
-    config = {
-        "global": {"scrape_interval": "1s"},
-        "scrape_configs": [
-            {"job_name": "sidecars", "static_configs": [{"targets": [f"127.0.0.1:{target.server_port}"]}]}
-        ],
-    }
-    try:
-        with running(tmp_path_factory.mktemp("prometheus"), config) as server:
-            yield server
-    finally:
-        target.shutdown()
+    with scraping(tmp_path_factory.mktemp("prometheus"), exposition) as server:
+        yield server
 
 
 def acknowledge(prometheus: Prometheus, worker: int, rid: str, at: float, path: str = "") -> None:
     """A worker's sidecar exports its acknowledgement of `rid`; wait until Prometheus holds it."""
-    _Exposition.lines[f"{worker}/{rid}"] = (
+    ACKS[f"{worker}/{rid}"] = (
         f'gpuwise_checkpoint_ack_timestamp_seconds{{namespace="default",trainingjob="bert",'
         f'worker="{worker}",request_id="{rid}",path="{path}"}} {at}\n'
     )
@@ -174,5 +152,5 @@ class Job:
 
 @pytest.fixture(name="job")
 def job_fixture(cluster: Cluster, kube: Kube, prometheus: Prometheus, events: asyncio.Queue[posting.K8sEvent]) -> Job:
-    _Exposition.lines.clear()
+    ACKS.clear()
     return Job(cluster, kube, prometheus, SETTINGS)

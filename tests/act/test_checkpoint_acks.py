@@ -7,16 +7,14 @@ mutant that accepted every worker's ack survived the scenarios).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
 from gpuwise.act.checkpoint import Ack, Acks
 from gpuwise.prometheus.client import Prometheus as Source
-from tests.support.prometheus import AVAILABLE, Prometheus, running
+from tests.support.prometheus import AVAILABLE, Prometheus, scraping
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(not AVAILABLE, reason="needs prometheus (make system-deps)")]
@@ -34,34 +32,11 @@ EXPOSITION = b"# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + b"".jo
 )
 
 
-class _Exposition(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(EXPOSITION)))
-        self.end_headers()
-        self.wfile.write(EXPOSITION)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    target = HTTPServer(("127.0.0.1", 0), _Exposition)
-    threading.Thread(target=target.serve_forever, daemon=True).start()
-    config = {
-        "global": {"scrape_interval": "1s"},
-        "scrape_configs": [
-            {"job_name": "sidecars", "static_configs": [{"targets": [f"127.0.0.1:{target.server_port}"]}]}
-        ],
-    }
-    try:
-        with running(tmp_path_factory.mktemp("prometheus"), config) as server:
-            eventually(lambda: server.query("gpuwise_checkpoint_ack_timestamp_seconds"), what="the acks scraped")
-            yield server
-    finally:
-        target.shutdown()
+    with scraping(tmp_path_factory.mktemp("prometheus"), lambda: EXPOSITION) as server:
+        eventually(lambda: server.query("gpuwise_checkpoint_ack_timestamp_seconds"), what="the acks scraped")
+        yield server
 
 
 async def test_only_worker_0_acknowledges(prometheus: Prometheus, tmp_path: Path) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +74,35 @@ def running(workdir: Path, config: dict[str, Any], port: int | None = None) -> I
         process.wait(timeout=15)
         if process.stderr is not None:
             process.stderr.close()
+
+
+@contextmanager
+def scraping(workdir: Path, exposition: Callable[[], bytes]) -> Iterator[Prometheus]:
+    """A real Prometheus scraping, every second, an HTTP target that answers `exposition()`: what a
+    test writes there stands for what sidecars would export."""
+
+    class Target(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = exposition()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    target = HTTPServer(("127.0.0.1", 0), Target)
+    threading.Thread(target=target.serve_forever, daemon=True).start()
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "sidecars", "static_configs": [{"targets": [f"127.0.0.1:{target.server_port}"]}]}
+        ],
+    }
+    try:
+        with running(workdir, config) as server:
+            yield server
+    finally:
+        target.shutdown()
