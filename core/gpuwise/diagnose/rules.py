@@ -628,13 +628,14 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
         if profile is None:
             return None  # no smaller slice holds it: the job needs what it has
         finding = _oversized_finding(ctx, needed, metric, f"a MIG slice {profile.name} would do", profile.name)
+        slice_changes = {MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name}
         if ActionKind.PACK in ctx.actions and ActionKind.MIG_REPARTITION not in ctx.actions:
             return finding, Recommendation(
                 action=ActionKind.PACK,
                 finding=FindingKind.OVERSIZED_GPU,
                 message=f"Run each worker on a free MIG slice {profile.name} (request {profile.resource_name}: 1) "
                 "on a node that has one, instead of a whole GPU.",
-                changes={MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name},
+                changes=slice_changes,
                 expected_effect=f"its whole GPU free for other jobs, on {profile.compute_slices} of "
                 f"{COMPUTE_SLICES} compute slices elsewhere",
             )
@@ -643,7 +644,7 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
             finding=FindingKind.OVERSIZED_GPU,
             message=f"Run each worker on a MIG slice {profile.name}: request {profile.resource_name}: 1 "
             "instead of a whole GPU.",
-            changes={MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name},
+            changes=slice_changes,
             expected_effect=f"frees {COMPUTE_SLICES - profile.compute_slices} of {COMPUTE_SLICES} compute "
             "slices of each GPU for other jobs at the same step time",
         )
