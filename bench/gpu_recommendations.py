@@ -7,7 +7,7 @@ script prints the finding, the engine's expected effect, and the measured sample
 before and after (the trainer's own count over its training loop, and gpuwise's). The bf16 job is
 the control: it should get no NoMixedPrecision finding.
 
-    python -m bench.gpu_recommendations [--seconds 15] [--json OUT]
+    python -m bench.gpu_recommendations [--seconds 15] [--json OUT] [--keep DIR]
 
 Needs a CUDA GPU and PyTorch with CUDA; without them it says so and exits 0 (CI has no GPU).
 The trainer's settings are environment variables named as `gpuwise run`'s tunables are
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,7 +87,7 @@ TRAINER = textwrap.dedent(
         steps += 1
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    print(json.dumps({"trainer": {"samples_per_second": samples / elapsed, "steps": steps}}))
+    print(json.dumps({"trainer": {"samples_per_second": samples / elapsed, "steps_per_second": steps / elapsed}}))
     os._exit(0)  # DataLoader workers need not be joined: the measurement is taken
     """
 )
@@ -108,17 +109,31 @@ def run(workload: str, settings: dict[str, str], seconds: float, work: Path, nam
     data = json.loads(report.read_text())
     return {
         "trainer_samples_per_second": trainer["samples_per_second"],
+        "trainer_steps_per_second": trainer["steps_per_second"],
         "gpuwise_samples_per_second": data["breakdown"].get("samples_per_second"),
+        "gpuwise_steps_per_second": data["breakdown"].get("steps_per_second"),
         "data_wait_ratio": data["breakdown"].get("data_wait_ratio"),
         "gpu_util": [gpu["mean_util"] for gpu in data["gpus"]],
         "diagnosis": data["diagnosis"],
     }
 
 
+def counted(result: dict[str, Any]) -> str:
+    """What gpuwise measured, beside the trainer's own count: samples where the DataLoader's batch
+    size told it, else steps (a loop over tensors already on the GPU has no DataLoader)."""
+    if result["gpuwise_samples_per_second"] is not None:
+        return f"gpuwise counted {result['gpuwise_samples_per_second']:.0f} samples/s"
+    return (
+        f"gpuwise counted {result['gpuwise_steps_per_second'] or 0:.2f} steps/s against the trainer's "
+        f"{result['trainer_steps_per_second']:.2f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15.0, help="training time of each run (default 15)")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument("--keep", type=Path, help="copy every run's `gpuwise run` report into this directory")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -152,8 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = after["trainer_samples_per_second"] / before["trainer_samples_per_second"]
                 print(
                     f"  {finding['kind']}: set {finding['changes']}; expected: {finding['expected_effect']}; "
-                    f"measured: {ratio:.2f}x samples/s ({after['trainer_samples_per_second']:.0f}; gpuwise counted "
-                    f"{after['gpuwise_samples_per_second'] or 0:.0f}); "
+                    f"measured: {ratio:.2f}x samples/s ({after['trainer_samples_per_second']:.0f}; {counted(after)}); "
                     f"findings after {[f['kind'] for f in after['diagnosis']]}"
                 )
                 applied.append(
@@ -166,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
             results[name] = {"before": before, "applied": applied}
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for report in work.glob("*.json"):
+                shutil.copy(report, args.keep / report.name)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
     return 0

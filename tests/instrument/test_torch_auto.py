@@ -187,3 +187,49 @@ def test_autocast_around_the_whole_loop_stays_reported(short_tmp: Path) -> None:
         series = settled(side, 20)
     assert value(series, "gpuwise_step_events_received_total") >= 10, "many reports, each after the first"
     assert value(series, "gpuwise_autocast_enabled") == 1
+
+
+# Model set-up takes a second before a loop over tensors already in memory: no DataLoader marks
+# where the first step starts, so the first forward pass with gradients on does. The script's own
+# books time the loop from just before that forward pass.
+SET_UP_THEN_TENSOR_LOOP = textwrap.dedent(
+    """
+    import json, time
+    import torch
+    from torch import nn
+
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.no_grad():
+        model(torch.randn(2, 8))  # a shape check during set-up: not training
+    time.sleep(1.0)  # building the model, loading weights...
+    x = torch.randn(4, 8)
+    started = time.perf_counter()
+    for _ in range(10):
+        time.sleep(0.02)
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    print(json.dumps({"loop_seconds": time.perf_counter() - started}))
+    """
+)
+
+
+def test_set_up_before_the_first_step_is_not_step_time(short_tmp: Path) -> None:
+    with sidecar(short_tmp, "--backend", "simulated") as side:
+        script = short_tmp / "train.py"
+        script.write_text(SET_UP_THEN_TENSOR_LOOP)
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            env=side.trainer_env(),
+            cwd=short_tmp,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        books = json.loads(result.stdout)
+        series = settled(side, 10)
+    stepped = value(series, "gpuwise_step_duration_seconds_sum")
+    assert books["loop_seconds"] * 0.9 <= stepped <= books["loop_seconds"] + 0.01, (stepped, books)

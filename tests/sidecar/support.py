@@ -14,6 +14,9 @@ from pathlib import Path
 from tests.support.waiting import eventually, free_port, get
 
 ROOT = Path(__file__).resolve().parents[2]
+# The three source roots, for a gpuwise process started where no virtualenv's .pth names them
+# (a GPU machine's own Python, say).
+SOURCE_PATH = os.pathsep.join(str(ROOT / root) for root in ("core", "operator", "sidecar"))
 _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
 _LABEL = re.compile(r'(?P<key>[A-Za-z_][A-Za-z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
 
@@ -89,7 +92,9 @@ def sidecar(
     runtime = runtime or tmp / "run"
     command = [sys.executable, "-m", "gpuwise.cli", "sidecar", "--address", "127.0.0.1", "--port", str(port)]
     command += ["--socket", str(runtime / "steps.sock"), "--instrument-dir", str(runtime / "python"), *args]
-    process = subprocess.Popen(command, env=env or environment(), cwd=ROOT, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        command, env=env or environment(PYTHONPATH=SOURCE_PATH), cwd=ROOT, stderr=subprocess.PIPE
+    )
     handle = SidecarProcess(process, port, runtime / "steps.sock", runtime / "python")
     try:
 

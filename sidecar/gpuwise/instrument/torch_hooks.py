@@ -3,6 +3,10 @@
 - **Steps** end where an optimizer step ends: torch's *global* optimizer step post-hook sees every
   optimizer of the process without touching user code. With several optimizers (a GAN's two),
   the first one that steps marks the boundaries, so one training iteration is one step.
+- **The first step starts** at the first fetch from a DataLoader or, in a loop over tensors already
+  in memory, at the first forward pass with gradients on, whichever comes first. Without that mark
+  the first step would run from the process's start and count model set-up (seconds, minutes on a
+  large model) as training. The forward hook is a global module hook, removed once it has fired.
 - **Input wait** is the time inside a DataLoader iterator's `__next__`: the loop is blocked on
   input for exactly that long, whatever the workers do meanwhile. The batch's leading dimension
   gives the samples, and the iterator its loader's `num_workers`, `pin_memory` and batch size.
@@ -51,6 +55,7 @@ def install(torch: Any, tracker: Tracker) -> Callable[[], None]:
         handle.remove,
         _patch(_BaseDataLoaderIter, "__next__", _timed_next(tracker, torch.is_grad_enabled)),
         _patch(autocast, "__enter__", _noticed_enter(tracker)),
+        _first_forward(torch, tracker),
     ]
     checkpoints = tracker.checkpoints
     if checkpoints is not None:
@@ -91,6 +96,21 @@ def _step_hook(tracker: Tracker) -> Callable[[Any, Any, Any], None]:
                 pass
 
     return on_optimizer_step
+
+
+def _first_forward(torch: Any, tracker: Tracker) -> Callable[[], None]:
+    """Mark the first step's start at the first forward pass with gradients on; return the undo."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    handle: Any = None
+
+    def on_forward(module: Any, args: Any) -> None:
+        if torch.is_grad_enabled():
+            tracker.begin()  # a no-op where a DataLoader fetch started the step already
+            handle.remove()
+
+    handle = register_module_forward_pre_hook(on_forward)
+    return handle.remove  # type: ignore[no-any-return]
 
 
 def _timed_next(
