@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuwise.api.trainingjob import Finding, Tunables
+from gpuwise.api.trainingjob import Finding, Recommendation, Tunables
+from gpuwise.diagnose.gpu_classes import SizedGpuClass
 from gpuwise.diagnose.rules import (
     STRAGGLERS,
     DiagnosisThresholds,
@@ -21,6 +22,7 @@ from gpuwise.diagnose.rules import (
 )
 from gpuwise.diagnose.straggler import episodes_in, peer_ratios, steadily_slow, step_extremes
 from gpuwise.diagnose.window import JobWindow, Sustain, holds
+from gpuwise.hardware.gpu_specs import gpu_spec
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 TUNABLES = Tunables.model_validate(
@@ -556,6 +558,123 @@ def test_no_oversized_finding_when_the_gpu_is_needed_or_the_job_is_not_one_gpu_p
     waiting = run(window(**LIGHT, memory_used_mib=7_000.0, data_wait_fraction=[0.6] * 60))
     assert "InputBound" in waiting and "OversizedGPU" not in waiting, "fix the input before sizing the GPU"
     assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=7_000.0, job_age_seconds=60)), "grace"
+
+
+# --- OversizedGPU: Reschedule to a smaller GPU class --------------------------------------------
+
+L40S_MIB = 46_068.0  # what NVML reports for an NVIDIA L40S (48 GB)
+CLASSES = tuple(
+    SizedGpuClass(name, spec, {"nvidia.com/gpu.product": spec.model.replace(" ", "-")})
+    for name, spec in (("l40s", gpu_spec("L40S")), ("l4", gpu_spec("L4")))
+    if spec is not None
+)
+# A light job on an L40S: its GPU busy 4.9 % of the time, its peak 19,070 MiB.
+ON_L40S: dict[str, Any] = {
+    "gpu_utilization": [4.9] * 60,
+    "sm_active": [0.03] * 60,
+    "memory_used_mib": 19_070.0,
+    "memory_total_mib": L40S_MIB,
+    "gpu_model": "NVIDIA L40S",
+}
+
+
+def oversized(
+    w: JobWindow, actions: frozenset[str] = frozenset({"Reschedule"}), classes: tuple[SizedGpuClass, ...] = CLASSES
+) -> Recommendation:
+    """OversizedGPU's recommendation for a job that lists `actions`, on a platform with `classes`."""
+    ctx = context(w)
+    ctx.actions, ctx.gpu_classes = actions, classes
+    (recommendation,) = [r for f, r in diagnose(ctx) if f.kind == "OversizedGPU"]
+    assert recommendation is not None
+    return recommendation
+
+
+def test_an_oversized_job_that_may_be_rescheduled_moves_to_the_smallest_class_that_holds_it() -> None:
+    recommendation = oversized(window(**ON_L40S))
+    assert recommendation is not None and recommendation.action.value == "Reschedule"
+    assert recommendation.changes == {"gpuClass": "l4"}
+    assert recommendation.message == (
+        "Move the job to GPU class l4 (NVIDIA L4, 24 GB; nodes nvidia.com/gpu.product=NVIDIA-L4) and restart it "
+        "from a checkpoint: its memory peak of 20.0 GB plus 20% fits, and its GPU computes 4.9% of the time."
+    )
+    # L40S over L4: fp32 91.6 / 30.3 TFLOPS is the largest of the three ratios; 1 + 0.049 × 2.02 = 1.099.
+    assert recommendation.expected_effect == (
+        "frees 1 NVIDIA L40S GPU(s) for jobs that need them; steps at most 10% longer on the NVIDIA L4 by a "
+        "conservative estimate (the GPU busy 4.9% of the time, its work up to 3.0x longer by the datasheets' fp32 "
+        "peaks); measured after the move"
+    )
+    assert recommendation.expected_speedup is None, "no upper bound on samples/s is claimed"
+
+
+def test_the_memory_peak_plus_its_margin_must_fit_the_smaller_class() -> None:
+    # An L4's 24 GB are 22,888 MiB: 19,070 MiB × 1.2 = 22,884 fits, 19,080 × 1.2 = 22,896 does not.
+    assert oversized(window(**{**ON_L40S, "memory_used_mib": 19_070.0})).changes == {"gpuClass": "l4"}
+    over = oversized(window(**{**ON_L40S, "memory_used_mib": 19_080.0}))
+    assert over is not None and over.action.value == "Pack", "no smaller class holds it: the share, as before"
+
+
+def test_the_steps_must_stay_within_the_conservative_bound() -> None:
+    # 1 + 0.050 × 2.02 = 1.101: over the 10 % a move may cost.
+    busier = oversized(window(**{**ON_L40S, "gpu_utilization": [5.0] * 60}))
+    assert busier is not None and busier.action.value == "Pack"
+    # From an H100 (3,350 GB/s) an L4 (300 GB/s) bounds its work at 11.2x, an L40S (864 GB/s) at 3.9x:
+    # at 2 % busy only the L40S keeps the steps within 10 %, though the L4 holds the memory.
+    on_h100 = window(gpu_utilization=[2.0] * 60, sm_active=[0.02] * 60, memory_used_mib=9_000.0)
+    recommendation = oversized(on_h100)
+    assert recommendation is not None and recommendation.changes == {"gpuClass": "l40s"}
+    assert "steps at most 6% longer on the NVIDIA L40S" in (recommendation.expected_effect or "")
+    assert "up to 3.9x longer by the datasheets' memory bandwidth peaks" in (recommendation.expected_effect or "")
+
+
+def test_no_move_for_a_busy_or_waiting_job() -> None:
+    busy = run(window(**{**ON_L40S, "gpu_utilization": [60.0] * 60, "sm_active": [0.5] * 60}))
+    assert "OversizedGPU" not in busy, "a busy GPU is not oversized"
+    ctx = context(window(**{**ON_L40S, "data_wait_fraction": [0.6] * 60, "gpu_utilization": [4.9] * 60}))
+    ctx.actions, ctx.gpu_classes = frozenset({"Reschedule"}), CLASSES
+    kinds = {f.kind: r for f, r in diagnose(ctx)}
+    assert "OversizedGPU" not in kinds and "InputBound" in kinds, "fix the input before sizing the GPU"
+
+
+@pytest.mark.parametrize(
+    ("actions", "action"),
+    [
+        (frozenset(), "Pack"),
+        (frozenset({"AdjustConfig"}), "Pack"),
+        (frozenset({"Reschedule", "Pack"}), "Pack"),
+        (frozenset({"Reschedule", "MigRepartition"}), "Pack"),
+        (frozenset({"Reschedule", "AdjustConfig"}), "Reschedule"),
+    ],
+)
+def test_reschedule_only_for_a_job_that_lists_it_and_no_slice_or_share(actions: frozenset[str], action: str) -> None:
+    recommendation = oversized(window(**ON_L40S), actions)
+    assert recommendation is not None and recommendation.action.value == action
+
+
+def test_no_move_without_a_smaller_declared_class_or_what_sizes_one() -> None:
+    assert oversized(window(**ON_L40S), classes=()).action.value == "Pack", "no class declared"
+    h100 = gpu_spec("NVIDIA H100 80GB HBM3")
+    assert h100 is not None
+    larger = (SizedGpuClass("h100", h100), SizedGpuClass("l40s", CLASSES[0].spec))
+    assert oversized(window(**ON_L40S), classes=larger).action.value == "Pack", "larger, or the same"
+    unknown = oversized(window(**{**ON_L40S, "gpu_model": "NVIDIA RTX 6000 Ada Generation"}))
+    assert unknown is not None and unknown.action.value == "Pack", "no datasheet figures for the GPU it has"
+    sm_only = oversized(window(**{**ON_L40S, "gpu_utilization": []}))
+    assert sm_only is not None and sm_only.action.value == "Pack", "SM activity does not bound the busy time"
+
+
+@pytest.mark.parametrize(
+    ("actions", "action"),
+    [
+        (frozenset({"Reschedule"}), "Reschedule"),
+        (frozenset({"Reschedule", "MigRepartition"}), "MigRepartition"),
+        (frozenset({"Reschedule", "Pack"}), "Pack"),
+        (frozenset(), "MigRepartition"),
+    ],
+)
+def test_on_a_mig_capable_gpu_the_slice_comes_first(actions: frozenset[str], action: str) -> None:
+    on_h100 = window(gpu_utilization=[2.0] * 60, sm_active=[0.02] * 60, memory_used_mib=9_000.0)
+    recommendation = oversized(on_h100, actions)
+    assert recommendation is not None and recommendation.action.value == action
 
 
 # --- Throttling ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuwise.api.trainingjob import Tunables
 from gpuwise.diagnose.rules import diagnose
-from tests.diagnose.test_rules import L4_MIB, LIGHT, context, steps, window
+from tests.diagnose.test_rules import CLASSES, L4_MIB, LIGHT, ON_L40S, context, steps, window
 
 EXPECTED = Path(__file__).with_name("rules_findings.json")
 
@@ -68,6 +68,10 @@ SCENARIOS: dict[str, tuple[dict[str, Any], Tunables | None]] = {
         None,
     ),
     "oversized, unknown model": ({**LIGHT, "memory_used_mib": 7_000.0, "gpu_model": None}, None),
+    "oversized, rescheduled to a smaller class": (
+        {**ON_L40S, "actions": frozenset({"Reschedule"}), "gpu_classes": CLASSES},
+        None,
+    ),
     "throttling": (
         {"clock_slowdowns": {0: [0.0] * 60, 1: [0.0] * 60, 2: [float(0x40 | 0x20)] * 55 + [0.0] * 5}},
         None,
@@ -77,8 +81,16 @@ SCENARIOS: dict[str, tuple[dict[str, Any], Tunables | None]] = {
 }
 
 
+# Keys of a scenario that are the rule context's, not the window's.
+CONTEXT_FIELDS = ("actions", "gpu_classes")
+
+
 def said(overrides: dict[str, Any], tunables: Tunables | None) -> list[dict[str, Any]]:
-    ctx = context(window(**overrides)) if tunables is None else context(window(**overrides), tunables=tunables)
+    measured = {key: value for key, value in overrides.items() if key not in CONTEXT_FIELDS}
+    ctx = context(window(**measured)) if tunables is None else context(window(**measured), tunables=tunables)
+    for key in CONTEXT_FIELDS:
+        if key in overrides:
+            setattr(ctx, key, overrides[key])
     return [
         {
             "finding": finding.model_dump(mode="json", by_alias=True, exclude_none=True),

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Final
 
 from gpuwise.api.kinds import (
+    GPU_CLASS_CHANGE,
     GPU_SHARE_CHANGE,
     IDLE_SECONDS_CHANGE,
     MIG_PROFILE_CHANGE,
@@ -27,6 +28,7 @@ from gpuwise.api.kinds import (
     FindingKind,
 )
 from gpuwise.api.trainingjob import Finding, IntTunable, Recommendation, Tunables
+from gpuwise.diagnose.gpu_classes import SizedGpuClass, smallest_fitting
 from gpuwise.diagnose.straggler import (
     PeerRatios,
     StragglerPolicy,
@@ -39,6 +41,7 @@ from gpuwise.diagnose.straggler import (
 )
 from gpuwise.diagnose.window import CLOCK_SLOWDOWNS, JobWindow, Sustain, at_least, below, holds
 from gpuwise.hardware.compute_capability import amp_speedup_bound, tensor_core_gain
+from gpuwise.hardware.gpu_specs import MIB_PER_GB, gpu_spec
 from gpuwise.hardware.mig_profiles import COMPUTE_SLICES, GpuModel, MigProfile, UnknownGpuModelError, gpu_model
 
 # One recommendation raises the batch at most this many times: a larger step changes the
@@ -48,7 +51,8 @@ MAX_BATCH_FACTOR: Final = 4
 COMPUTE_SIDE: Final = frozenset({FindingKind.SMALL_BATCH, FindingKind.NO_MIXED_PRECISION})
 # A share above this leaves no room for a second job as light: the job needs its GPU.
 MAX_GPU_SHARE = 0.5
-MIB_PER_GB = 1000**3 / 2**20
+# OversizedGPU's remedies that keep the job on the GPU it has: either listed, it gets no Reschedule.
+SLICE_REMEDIES: Final = frozenset({ActionKind.MIG_REPARTITION, ActionKind.PACK})
 STRAGGLERS: Final = StragglerPolicy()
 # Kinds one rule names as the evidence tips one way or the other: they share hysteresis, so a
 # finding that changes its name (more workers would help / no CPU is left for them) keeps its hold.
@@ -70,6 +74,8 @@ class DiagnosisThresholds:
     oversized_activity: float = 0.3  # below this compute activity (0-1) a whole GPU is more than the job needs
     mig_fill: float = 0.8  # size a MIG slice so the job's compute fills at most this share of it
     mig_memory_margin: float = 0.2  # and its memory holds the peak plus this share
+    # A smaller GPU class may make steps at most this much longer, by a conservative bound (`gpu_classes`).
+    class_slowdown: float = 0.1
     collective_pcie_bytes: float = 50e6  # PCIe traffic (B/s per GPU, each way) below which nothing is exchanged
     collective_symmetry: float = 2.0  # sent and received within this factor of each other: collectives
     # Hysteresis for a condition read from one figure (a window's mean or peak), where there are no
@@ -93,6 +99,9 @@ class RuleContext:
     # remedies and only one of them may be taken: OversizedGPU's MIG slice by repartitioning, or
     # by packing onto slices other nodes have free.
     actions: frozenset[str] = frozenset()
+    # The GPU classes the platform declares (the operator's actions.gpuClasses), where OversizedGPU
+    # may recommend moving a job with Reschedule; none outside the operator.
+    gpu_classes: tuple[SizedGpuClass, ...] = ()
 
     def is_active(self, kind: str) -> bool:
         """Whether `kind`, or a kind of its family (`FAMILIES`), is active: its hysteresis applies."""
@@ -605,6 +614,11 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     its share too. Only for one GPU per worker (a share serves one process, and shares have no
     peer-to-peer), and not while the job waits on input: fixed input needs more compute, so that
     comes first.
+
+    A job that lists Reschedule and neither MigRepartition nor Pack is moved instead to the
+    smallest of the platform's GPU classes that holds it (`_to_smaller_class`), where one does; the
+    slice or share stays the remedy otherwise. The slice and the share come first because they keep
+    the job on the GPU its step time was measured on; a smaller class's speed is an estimate.
     """
     w, t = ctx.window, ctx.thresholds
     if w.memory_used_mib is None or not w.memory_total_mib or w.gpus != max(1, len(w.worker_step_seconds)):
@@ -629,6 +643,8 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
             return None  # no smaller slice holds it: the job needs what it has
         finding = _oversized_finding(ctx, needed, metric, f"a MIG slice {profile.name} would do", profile.name)
         slice_changes = {MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name}
+        if (move := _to_smaller_class(ctx, wanted_mib)) is not None:
+            return finding, move
         if ActionKind.PACK in ctx.actions and ActionKind.MIG_REPARTITION not in ctx.actions:
             return finding, Recommendation(
                 action=ActionKind.PACK,
@@ -655,6 +671,8 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     why_not = f"{w.gpu_model} has no MIG profiles" if w.gpu_model else "the GPU model is not known"
     fix = f"a {share:.0%} share of a time-sliced GPU would do; {why_not}"
     finding = _oversized_finding(ctx, needed, metric, fix, f"none: {why_not}", gpuShare=share)
+    if (move := _to_smaller_class(ctx, wanted_mib)) is not None:
+        return finding, move
     recommendation = Recommendation(
         action=ActionKind.PACK,
         finding=FindingKind.OVERSIZED_GPU,
@@ -664,6 +682,43 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
         expected_effect=f"about {1 - share:.0%} of each GPU free for other jobs",
     )
     return finding, recommendation
+
+
+def _to_smaller_class(ctx: RuleContext, wanted_mib: float) -> Recommendation | None:
+    """Reschedule to the smallest declared GPU class that holds the job (`gpu_classes`), for a job
+    that lists Reschedule and neither MigRepartition nor Pack; None otherwise, or where none does.
+
+    The compute bound needs the GPU's time-busy share (GPU utilization, its 90th percentile as
+    `oversized_gpu` sizes compute) and the datasheet figures of the GPU the job has now: without
+    either, nothing is said. SM activity is not enough: it is the SMs' average share, below the
+    share of the time a kernel runs at all, and the bound is one of time.
+    """
+    w, t = ctx.window, ctx.thresholds
+    if ActionKind.RESCHEDULE not in ctx.actions or not ctx.actions.isdisjoint(SLICE_REMEDIES):
+        return None
+    current = gpu_spec(w.gpu_model)
+    if not ctx.gpu_classes or current is None or not w.gpu_utilization:
+        return None
+    busy = _percentile(w.gpu_utilization, ctx.sustain.hold_fraction) / 100
+    fit = smallest_fitting(current, ctx.gpu_classes, wanted_mib, busy, t.class_slowdown)
+    if fit is None:
+        return None
+    target = fit.gpu_class
+    peak_gb = (w.memory_used_mib or 0.0) / MIB_PER_GB
+    where = ", ".join(f"{key}={value}" for key, value in sorted(target.node_selector.items()))
+    return Recommendation(
+        action=ActionKind.RESCHEDULE,
+        finding=FindingKind.OVERSIZED_GPU,
+        message=f"Move the job to GPU class {target.name} ({target.spec.model}, {target.spec.memory_gb:g} GB"
+        + (f"; nodes {where}" if where else "")
+        + f") and restart it from a checkpoint: its memory peak of {peak_gb:.1f} GB plus "
+        f"{t.mig_memory_margin:.0%} fits, and its GPU computes {busy:.1%} of the time.",
+        changes={GPU_CLASS_CHANGE: target.name},
+        expected_effect=f"frees {w.gpus} {current.model} GPU(s) for jobs that need them; steps at most "
+        f"{fit.step_slowdown - 1:.0%} longer on the {target.spec.model} by a conservative estimate (the GPU "
+        f"busy {busy:.1%} of the time, its work up to {fit.work_ratio:.1f}x longer by the datasheets' "
+        f"{fit.basis} peaks); measured after the move",
+    )
 
 
 def _oversized_finding(
