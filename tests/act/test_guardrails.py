@@ -72,7 +72,16 @@ def test_settings_errors_name_the_key_and_the_fix(tmp_path: Any) -> None:
         "actions:\n  budgets: [{jobs: '1', schedule: '0 9 * * *'}]\n": "schedule and duration go together",
         "actions:\n  cooldown: soon\n": "is not a duration",
         "actions:\n  maxActionsPerJob: 11\n": "actions.maxActionsPerJob",
-        "actions:\n  gpuClasses: [{name: l4, nodeSelector: {a: b}}, {name: l4, nodeSelector: {a: c}}]": "not repeat",
+        "actions:\n  gpuClasses: [{name: l4, nodeSelector: {a: b}, gpuModel: L4}, {name: l4, nodeSelector: {a: c}, "
+        "gpuModel: L4}]": "not repeat",
+        # A class the OversizedGPU finding cannot size could never be recommended.
+        "actions:\n  gpuClasses: [{name: l4, nodeSelector: {pool: small}}]": (
+            "actions.gpuClasses.0: Value error, GPU class l4: name its GPU model in gpuModel, or select its nodes by "
+            "nvidia.com/gpu.product"
+        ),
+        "actions:\n  gpuClasses: [{name: rtx, nodeSelector: {nvidia.com/gpu.product: NVIDIA-RTX-6000}}]": (
+            "GPU class rtx: no datasheet figures for GPU model 'NVIDIA-RTX-6000'; known: NVIDIA H200,"
+        ),
     }
     for text, expected in cases.items():
         path.write_text(text)

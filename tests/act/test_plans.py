@@ -112,15 +112,36 @@ def test_reschedule_avoids_the_straggler_node() -> None:
 
 def test_reschedule_to_a_smaller_gpu_class_replaces_the_class_selector() -> None:
     classes = [
-        GpuClass(name="a100", node_selector={"gpu": "a100"}),
-        GpuClass(name="l4", node_selector={"gpu": "l4", "pool": "small"}),
+        GpuClass(name="a100", node_selector={"gpu": "a100"}, gpu_model="NVIDIA A100-SXM4-80GB"),
+        GpuClass(name="l4", node_selector={"gpu": "l4", "pool": "small"}, gpu_model="NVIDIA L4"),
     ]
     settings = ActionSettings(gpu_classes=classes)
     job = view(current=JobOverrides(node_selector={"gpu": "a100", "team": "ml"}))
-    plan = planned(job, recommend(ActionKind.RESCHEDULE, "Oversized", gpuClass="l4"), settings)
+    plan = planned(job, recommend(ActionKind.RESCHEDULE, "OversizedGPU", gpuClass="l4"), settings)
     assert plan.target.node_selector == {"gpu": "l4", "pool": "small", "team": "ml"}
-    unknown = RESCHEDULE.plan(job, recommend(ActionKind.RESCHEDULE, "Oversized", gpuClass="h200"), settings)
+    assert dict(plan.changes) == {"gpuClass": "l4"} and plan.restart
+    unknown = RESCHEDULE.plan(job, recommend(ActionKind.RESCHEDULE, "OversizedGPU", gpuClass="h200"), settings)
     assert isinstance(unknown, Refusal) and "a100, l4" in unknown.message
+
+
+def test_a_class_label_the_spec_pins_and_the_new_class_does_not_set_refuses_the_move() -> None:
+    """Overrides add to spec.pod.nodeSelector: a label of the old class left there would match no node."""
+    classes = [
+        GpuClass(name="big", node_selector={"pool": "big", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+        GpuClass(name="l4", node_selector={"nvidia.com/gpu.product": "NVIDIA-L4"}),
+    ]
+    settings = ActionSettings(gpu_classes=classes)
+    pinned = view()
+    pinned.spec.pod.node_selector.update({"pool": "big", "team": "ml"})
+    refusal = RESCHEDULE.plan(pinned, recommend(ActionKind.RESCHEDULE, "OversizedGPU", gpuClass="l4"), settings)
+    assert isinstance(refusal, Refusal) and refusal.reason == "PinnedBySpec"
+    assert refusal.message == (
+        "spec.pod.nodeSelector sets pool, which GPU class l4 does not: its nodes would not match"
+    )
+    by_product = view()
+    by_product.spec.pod.node_selector.update({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    plan = planned(by_product, recommend(ActionKind.RESCHEDULE, "OversizedGPU", gpuClass="l4"), settings)
+    assert plan.target.node_selector == {"nvidia.com/gpu.product": "NVIDIA-L4"}, "the override replaces its value"
 
 
 def measured(samples: float | None, util: float | None = None) -> Measurement:

@@ -28,7 +28,10 @@ EVERYTHING: dict[str, Any] = {
             "timeSlicing": {"config": "shared-4"},
         },
         "budgets": [{"jobs": "10%"}, {"jobs": "0", "namespace": "*", "schedule": "0 9 * * 1-5", "duration": "8h"}],
-        "gpuClasses": [{"name": "l4", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}],
+        "gpuClasses": [
+            {"name": "l4", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}},
+            {"name": "a10", "nodeSelector": {"pool": "a10"}, "gpuModel": "NVIDIA A10"},
+        ],
     },
     "gangScheduling": {"volcano": True, "coscheduling": True, "kai": True},
     "webhook": {"enabled": True, "namespaceSelector": {"matchLabels": {"gpu": "yes"}}},

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Final
 
 from croniter import croniter
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from gpuwise.act.node_settings import NodeActionSettings
 from gpuwise.api.base import ApiModel, Duration
 from gpuwise.api.kinds import ActionKind
+from gpuwise.diagnose.gpu_classes import SizedGpuClass
+from gpuwise.hardware.gpu_specs import GPU_PRODUCT_LABEL, gpu_spec, known_models
 
 # A budget counts jobs: "3", or a share of the running TrainingJobs it covers: "10%".
 BUDGET_PATTERN: Final = r"^([0-9]+|[0-9]{1,3}%)$"
@@ -63,10 +65,44 @@ class Budget(ApiModel):
 
 
 class GpuClass(ApiModel):
-    """A kind of GPU node a job can be moved to, from the largest class to the smallest."""
+    """A kind of GPU node a job can be moved to (Reschedule, from the OversizedGPU finding).
+
+    Its GPU model must be one gpuwise has datasheet figures for (`gpuwise.hardware.gpu_specs`):
+    the finding sizes the job against its memory and peaks, and a class it cannot size could never
+    be recommended, so such a class is refused at start-up rather than ignored. The model is
+    `gpuModel`, or else what the node selector's `nvidia.com/gpu.product` (NVIDIA's GPU feature
+    discovery label) says.
+    """
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
     node_selector: dict[str, str] = Field(min_length=1)
+    gpu_model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The GPU model of the class's nodes (NVML's name, or the nvidia.com/gpu.product label value); "
+        "default: the node selector's nvidia.com/gpu.product.",
+    )
+    _sized: SizedGpuClass = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _known_model(self) -> GpuClass:
+        model = self.gpu_model or self.node_selector.get(GPU_PRODUCT_LABEL)
+        if model is None:
+            raise ValueError(
+                f"GPU class {self.name}: name its GPU model in gpuModel, or select its nodes by {GPU_PRODUCT_LABEL}"
+            )
+        spec = gpu_spec(model)
+        if spec is None:
+            raise ValueError(
+                f"GPU class {self.name}: no datasheet figures for GPU model {model!r}; known: {known_models()}"
+            )
+        self._sized = SizedGpuClass(self.name, spec, dict(self.node_selector))
+        return self
+
+    @property
+    def sized(self) -> SizedGpuClass:
+        """The class as the OversizedGPU rule sizes jobs against it."""
+        return self._sized
 
 
 class ActionSettings(ApiModel):
@@ -92,7 +128,8 @@ class ActionSettings(ApiModel):
         default="30m", description="How long a restarted job may take to run again before the action fails."
     )
     gpu_classes: list[GpuClass] = Field(
-        default_factory=list, description="Node selectors of GPU classes, largest first, for Reschedule."
+        default_factory=list,
+        description="GPU classes (name, node selector, GPU model) Reschedule may move an oversized job to.",
     )
     nodes: NodeActionSettings = Field(
         default_factory=NodeActionSettings, description="MigRepartition and Pack: drains, MIG and time-slicing configs."
@@ -105,6 +142,10 @@ class ActionSettings(ApiModel):
         if len(set(names)) != len(names):
             raise ValueError(f"gpu class names must not repeat: {names}")
         return value
+
+    def sized_gpu_classes(self) -> tuple[SizedGpuClass, ...]:
+        """The classes as the OversizedGPU rule sizes jobs against them."""
+        return tuple(c.sized for c in self.gpu_classes)
 
 
 def budget_name(budget: Budget) -> str:

@@ -41,6 +41,7 @@ from gpuwise.api.kinds import MIG_PROFILE_CHANGE, ActionKind
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionRecord, Recommendation
 from gpuwise.decide.mig_geometry import GpuState, MigInstance, NoGeometryError, plan_gpu
+from gpuwise.hardware.gpu_specs import GPU_PRODUCT_LABEL
 from gpuwise.hardware.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
 from gpuwise.kube.client import Kube
 from gpuwise.kube.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, gpu_resources
@@ -51,7 +52,7 @@ LABEL_PARTITIONING: Final = "gpuwise.io/gpu-partitioning"
 PARTITIONING_MIG: Final = "mig"
 LABEL_MIG_CONFIG: Final = "nvidia.com/mig.config"
 LABEL_MIG_STATE: Final = "nvidia.com/mig.config.state"
-LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
+LABEL_GPU_PRODUCT: Final = GPU_PRODUCT_LABEL
 LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
 SETTLED: Final = "success"
 IN_FLIGHT: Final = frozenset({"pending", "rebooting"})

@@ -7,8 +7,11 @@ template, possibly on the same node, and the other workers would lose their rend
 - **Straggler** (the finding names the worker): every worker must avoid the slow worker's node
   (required node anti-affinity on `kubernetes.io/hostname`). Nodes avoided before stay avoided,
   up to `MAX_AVOIDED` (the oldest is forgiven first), so a job does not run out of nodes.
-- **Smaller GPU class** (a recommendation with `changes: {gpuClass: <name>}`): the job gets that
-  class's node selector from the operator's `actions.gpuClasses`, replacing another class's.
+- **Smaller GPU class** (a recommendation with `changes: {gpuClass: <name>}`, which `OversizedGPU`
+  makes for a job that lists Reschedule and neither MigRepartition nor Pack): the job gets that
+  class's node selector from the operator's `actions.gpuClasses`, replacing another class's (and
+  a value the spec's own nodeSelector gives the same label). A spec that selects by a class label
+  the chosen class does not set is refused (`PinnedBySpec`): overrides only add to it.
 
 The change is kept whatever the throughput after it: the slow node or the larger GPU is not
 something to go back to. The record still shows before and after.
@@ -39,6 +42,15 @@ def _to_class(job: JobView, name: str, settings: ActionSettings) -> Plan | Refus
         known = ", ".join(c.name for c in settings.gpu_classes) or "none"
         return Refusal("UnknownGpuClass", f"GPU class {name!r} is not in the operator's actions.gpuClasses ({known})")
     class_keys = {key for c in settings.gpu_classes for key in c.node_selector}
+    # Overrides add to the spec's nodeSelector and replace its values: a class label the spec sets
+    # and the chosen class does not would stay, and pin the pods where no such node is.
+    pinned = sorted((class_keys & set(job.spec.pod.node_selector)) - set(chosen.node_selector))
+    if pinned:
+        return Refusal(
+            "PinnedBySpec",
+            f"spec.pod.nodeSelector sets {', '.join(pinned)}, which GPU class {name} does not: "
+            "its nodes would not match",
+        )
     selector = {k: v for k, v in job.overrides.node_selector.items() if k not in class_keys}
     selector.update(chosen.node_selector)
     if selector == job.overrides.node_selector:

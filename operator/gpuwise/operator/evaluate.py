@@ -35,6 +35,7 @@ import kopf
 from pydantic import ValidationError
 
 from gpuwise.api.trainingjob import KIND, EfficiencyMode, EfficiencySummary, Finding, Phase, Recommendation
+from gpuwise.diagnose.gpu_classes import SizedGpuClass
 from gpuwise.diagnose.rules import Diagnosis, DiagnosisThresholds, RuleContext, diagnose
 from gpuwise.diagnose.summary import Figures, figures
 from gpuwise.diagnose.window import JobWindow, Sustain
@@ -150,8 +151,15 @@ class Evaluation:
         )
 
 
-def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[str, Any], now: datetime) -> Evaluation:
-    """Diagnose one job's window, against the findings its stored status (`previous`) holds."""
+def evaluate_window(
+    settings: JobSettings,
+    window: JobWindow,
+    previous: Mapping[str, Any],
+    now: datetime,
+    gpu_classes: tuple[SizedGpuClass, ...] = (),
+) -> Evaluation:
+    """Diagnose one job's window, against the findings its stored status (`previous`) holds;
+    `gpu_classes` are the platform's, where OversizedGPU may move a job that allows Reschedule."""
     old_findings = {finding.kind: finding for finding in _findings(previous)}
     diagnoses: list[Diagnosis] = []
     if settings.mode is not EfficiencyMode.OBSERVE:
@@ -165,6 +173,7 @@ def evaluate_window(settings: JobSettings, window: JobWindow, previous: Mapping[
             since={kind: finding.since for kind, finding in old_findings.items()},
             previous=old_findings,
             actions=frozenset(settings.actions),
+            gpu_classes=gpu_classes,
         )
         diagnoses = diagnose(context)
     evaluation = Evaluation.of(figures(window), diagnoses, old_findings, settings.utilization_threshold, now)
@@ -292,6 +301,9 @@ class Evaluator:
         self.fetches = 0
         self.settings = JobSettingsCache()
         self._settings_turned = clock()
+        # The operator's actions.gpuClasses, as the rules size jobs against them; the settings
+        # file's current ones (set by the evaluation handler, like the runner's settings).
+        self.gpu_classes: tuple[SizedGpuClass, ...] = ()
 
     def now(self) -> datetime:
         """The clock's time to the second, one object a second: every job of a cycle asks."""
@@ -350,7 +362,7 @@ class Evaluator:
         window_seconds, step_seconds = settings.window_seconds, self.step_seconds
         snapshot = self.ready(window_seconds, step_seconds) or await self.snapshot(window_seconds, step_seconds)
         window = snapshot.window((meta["namespace"], meta["name"]), job_facts(body, settings, now))
-        return evaluate_window(settings, window, body.get("status") or {}, now)
+        return evaluate_window(settings, window, body.get("status") or {}, now, self.gpu_classes)
 
 
 async def publish_efficiency(

@@ -174,14 +174,18 @@ def build_registry(settings: OperatorSettings, *, webhook: bool = False) -> kopf
         ) -> None:
             """Diagnose, publish, then act: one cycle of the loop for one job."""
             runner: Runner = memo["runner"]
+            evaluator: Evaluator = memo["evaluator"]
             if "live" in memo:
                 live: LiveSettings = memo["live"]
-                runner.settings = live.current().actions
+                actions = live.current().actions
+                if actions is not runner.settings:  # the file changed: its GPU classes too, maybe
+                    evaluator.gpu_classes = actions.sized_gpu_classes()
+                runner.settings = actions
             await evaluate_job(
                 body,
                 list(pods.get((namespace, name), [])),
                 IndexedObjects(trainingjobs),
-                evaluator=memo["evaluator"],
+                evaluator=evaluator,
                 runner=runner,
                 context=memo["context"],
                 logger=logger,

@@ -135,6 +135,7 @@ def main(argv: Sequence[str]) -> int:
             settings.query_step_seconds,
             refresh_seconds=settings.status_refresh_seconds,
         )
+        memo.evaluator.gpu_classes = settings.actions.sized_gpu_classes()
         memo.runner = build_runner(kube, source, settings)
         if args.config is not None:
             memo.live = LiveSettings(args.config, settings, flags)  # the kill switch, read every cycle
