@@ -27,6 +27,9 @@ EXAMPLE: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "trainingjob.yaml"
 
 IMMUTABLE = "is immutable once the job runs: delete and re-create the TrainingJob to change it"
 WINDOW = "spec.efficiency.window must be at most 24h"
+EXAMPLES = "(examples: 90s, 15m, 1h30m)"
+ZERO_WINDOW = ("spec.efficiency.window", f"spec.efficiency.window must be longer than zero {EXAMPLES}")
+ZERO_IDLE = ("spec.efficiency.idle.after", f"spec.efficiency.idle.after must be longer than zero {EXAMPLES}")
 SECCOMP = "localhostProfile is set with type Localhost, and only then"
 NO_QUEUE = "the queue names a Volcano or KAI queue: scheduler-plugins' coscheduling has none"
 KAI_QUEUE = "KAI Scheduler places a job only in a queue: name one"
@@ -75,7 +78,15 @@ CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any], Refused]] = [
             ("86401s", {("spec.efficiency.window", WINDOW)}),
             ("1441m", {("spec.efficiency.window", WINDOW)}),
             ("25h", {("spec.efficiency.window", WINDOW)}),
+            # The pattern takes a zero; the operator's parse_duration does not, so neither may the API server.
+            ("0s", {ZERO_WINDOW}),
+            ("0m0s", {ZERO_WINDOW}),
+            ("0.0h", {ZERO_WINDOW}),
         ]
+    ],
+    *[
+        (f"idle after {after}", None, edited(EXAMPLE, "spec.efficiency.idle", {"after": after}), refused)
+        for after, refused in [("1ms", set()), ("48h", set()), ("0s", {ZERO_IDLE}), ("0ms0s", {ZERO_IDLE})]
     ],
     ("change the image", EXAMPLE, edited(EXAMPLE, "spec.trainer.image", "pytorch/pytorch:2.5"), {immutable("trainer")}),
     ("change numNodes", EXAMPLE, edited(EXAMPLE, "spec.trainer.numNodes", 4), {immutable("trainer")}),
