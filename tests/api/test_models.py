@@ -100,7 +100,7 @@ def test_round_trip_is_camel_case_without_nulls() -> None:
         (spec(trainer={"image": "x", "numNodes": 1_000_000}), "trainer.numNodes", "less than or equal to 100000"),
         (spec(trainer={"image": "my image"}), "trainer.image", "String should match pattern"),
         (spec(trainer={"image": "   "}), "trainer.image", "String should match pattern"),
-        (spec(trainer={"image": "x", "shmSize": "-1Gi"}), "trainer.shmSize", "is not a Kubernetes quantity"),
+        (spec(trainer={"image": "x", "shmSize": "-1Gi"}), "trainer.shmSize", "is negative"),
         (
             spec(trainer={"image": "x", "resourcesPerNode": {"requests": {"cpu": -2}}}),
             "trainer.resourcesPerNode.requests.cpu",
