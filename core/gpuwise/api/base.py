@@ -47,10 +47,11 @@ def _check_quantity(value: int | str) -> int | str:
     return value
 
 
+# The pattern applies to strings only; `minimum` to numbers only: the API server needs both.
 Quantity = Annotated[
     int | str,
     AfterValidator(_check_quantity),
-    Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN, "minimum": 0}),
 ]
 
 # A C identifier-ish environment variable name, as Kubernetes accepts it.
