@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 import yaml
 from pydantic import ValidationError
 
 from gpuwise.api.base import parse_duration
+from gpuwise.api.core import SeccompProfile, SeccompProfileType, SecurityContext
 from gpuwise.api.trainingjob import (
+    Condition,
     EfficiencyMode,
+    Finding,
     Instrumentation,
+    Phase,
     TrainingJobSpec,
+    TrainingJobStatus,
 )
 
 
@@ -93,7 +100,7 @@ def test_round_trip_is_camel_case_without_nulls() -> None:
         (spec(trainer={"image": "x", "numNodes": 1_000_000}), "trainer.numNodes", "less than or equal to 100000"),
         (spec(trainer={"image": "my image"}), "trainer.image", "String should match pattern"),
         (spec(trainer={"image": "   "}), "trainer.image", "String should match pattern"),
-        (spec(trainer={"image": "x", "shmSize": "-1Gi"}), "trainer.shmSize", "is not a Kubernetes quantity"),
+        (spec(trainer={"image": "x", "shmSize": "-1Gi"}), "trainer.shmSize", "is negative"),
         (
             spec(trainer={"image": "x", "resourcesPerNode": {"requests": {"cpu": -2}}}),
             "trainer.resourcesPerNode.requests.cpu",
@@ -154,3 +161,31 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
+
+
+def plain_json(value: object) -> bool:
+    """Whether `value` is made of JSON's own types only (no enum, datetime or other subclass)."""
+    if isinstance(value, dict):
+        return all(type(k) is str and plain_json(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(plain_json(item) for item in value)
+    return value is None or type(value) in {str, int, float, bool}
+
+
+def test_to_k8s_is_what_travels_as_json() -> None:
+    """Status patches and rendered pods carry to_k8s(): enums as plain strings, times as RFC 3339."""
+    since = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    finding = Finding(kind="DataLoaderBound", confidence=0.5, since=since, message="m", evidence={"a": "b"})
+    status = TrainingJobStatus(
+        phase=Phase.RUNNING,
+        conditions=[Condition(type="Ready", status="True", reason="Up", last_transition_time=since)],
+        findings=[finding],
+    )
+    out = status.to_k8s()
+    assert plain_json(out), out
+    assert out["phase"] == "Running"
+    assert out["conditions"][0]["lastTransitionTime"] == "2026-01-02T03:04:05Z"
+    assert finding.to_k8s()["since"] == "2026-01-02T03:04:05Z"
+    context = SecurityContext(seccomp_profile=SeccompProfile(type=SeccompProfileType.RUNTIME_DEFAULT)).to_k8s()
+    assert context == {"seccompProfile": {"type": "RuntimeDefault"}} and plain_json(context)
+    assert yaml.safe_load(yaml.safe_dump(out)) == out  # the safe dumper refuses anything but plain types

@@ -19,7 +19,11 @@ def test_amounts_of_zero_or_more_are_quantities(value: int | str) -> None:
     ("value", "message"),
     [
         (-1, "-1 is negative: an amount of a resource is 0 or more"),
-        ("-1", "'-1' is not a Kubernetes quantity (examples: 1, 500m, 16Gi)"),
+        ("-1", "'-1' is negative: an amount of a resource is 0 or more"),
+        ("-16Gi", "'-16Gi' is negative: an amount of a resource is 0 or more"),
+        ("--1", "'--1' is not a Kubernetes quantity (examples: 1, 500m, 16Gi)"),
+        ("+-1", "'+-1' is not a Kubernetes quantity (examples: 1, 500m, 16Gi)"),
+        ("-lots", "'-lots' is not a Kubernetes quantity (examples: 1, 500m, 16Gi)"),
         ("16 GiB", "'16 GiB' is not a Kubernetes quantity (examples: 1, 500m, 16Gi)"),
     ],
 )

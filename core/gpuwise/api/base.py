@@ -39,17 +39,19 @@ _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 
 
 def _check_quantity(value: int | str) -> int | str:
-    if isinstance(value, str) and not _QUANTITY_RE.match(value):
+    # A negative quantity ("-16Gi") is one by Kubernetes' grammar: say what is wrong with it.
+    if isinstance(value, str) and not _QUANTITY_RE.match(value.removeprefix("-")):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (examples: 1, 500m, 16Gi)")
     if (value < 0) if isinstance(value, int) else value.startswith("-"):
         raise ValueError(f"{value!r} is negative: an amount of a resource is 0 or more")
     return value
 
 
+# The pattern applies to strings only; `minimum` to numbers only: the API server needs both.
 Quantity = Annotated[
     int | str,
     AfterValidator(_check_quantity),
-    Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN, "minimum": 0}),
 ]
 
 # A C identifier-ish environment variable name, as Kubernetes accepts it.

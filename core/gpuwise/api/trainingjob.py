@@ -259,6 +259,11 @@ class Tunables(ApiModel):
     )
 
 
+def _longer_than_zero(path: str) -> dict[str, Any]:
+    """The API server's half of parse_duration's refusal: the pattern alone takes `0s`."""
+    return cel("duration(self) > duration('0s')", f"{path} must be longer than zero (examples: 90s, 15m, 1h30m)")
+
+
 class IdleReclaim(ApiModel):
     """When gpuwise gives an idle job's GPUs back (the `Suspend` action, in Enforce mode)."""
 
@@ -266,7 +271,7 @@ class IdleReclaim(ApiModel):
         default="1h",
         description="How long the job must stay Idle (no step and no GPU activity) before it is suspended.",
         max_length=32,
-        json_schema_extra={"pattern": DURATION_PATTERN},
+        json_schema_extra={"pattern": DURATION_PATTERN, **_longer_than_zero("spec.efficiency.idle.after")},
     )
     allow_without_checkpoint: bool = Field(
         default=False,
@@ -283,9 +288,13 @@ class Efficiency(ApiModel):
         max_length=32,  # bounds the cost of the API server's CEL rule too
         json_schema_extra={
             "pattern": DURATION_PATTERN,
-            **cel(
-                f"duration(self) <= duration('{MAX_WINDOW}')", f"spec.efficiency.window must be at most {MAX_WINDOW}"
-            ),
+            "x-kubernetes-validations": [
+                *_longer_than_zero("spec.efficiency.window")["x-kubernetes-validations"],
+                *cel(
+                    f"duration(self) <= duration('{MAX_WINDOW}')",
+                    f"spec.efficiency.window must be at most {MAX_WINDOW}",
+                )["x-kubernetes-validations"],
+            ],
         },
     )
 
