@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fnmatch
 import threading
 from collections import Counter
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any, Self
 
+import yaml
 from kubernetes import config, dynamic
+from kubernetes.client.exceptions import ApiException
 
 from gpuwise import wiring
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import ActContext, Action, ActionFailed, JobView, Plan, Progress
-from gpuwise.act.mig_repartition import known_configs
 from gpuwise.api.kinds import ActionKind
 from gpuwise.api.trainingjob import ActionRecord, ActionState, Recommendation, TrainingJobSpec
 from gpuwise.hardware.mig_profiles import gpu_model
 from gpuwise.kube.client import Kube
 from gpuwise.kube.job_overrides import NONE
+from tests.support import mig_parted_spec
 
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
@@ -143,38 +148,91 @@ class NodeAgent:
             self.nodes.patch(name=name, body=body, content_type="application/merge-patch+json")
 
 
-class MigManager(NodeAgent):
-    """NVIDIA's MIG Manager: when `nvidia.com/mig.config` changes it reports `pending`, then
-    `success`, publishing the config's slices in the node's allocatable as the device plugin would
-    — or `failed` for configs in `fail`; a config in `hold` stays `pending` until it leaves the set
-    (forever: a wedged MIG Manager)."""
+MIG_CONFIG_MAP = ("gpu-operator", "custom-mig-config")  # the ClusterPolicy's migManager.config.name
 
-    def __init__(self, kubeconfig: str, *, fail: set[str] | None = None, hold: set[str] | None = None) -> None:
+
+def mig_config_map(extra: dict[str, Any] | None = None, *, model: str = "H100-80GB") -> dict[str, Any]:
+    """MIG Manager's custom ConfigMap as a platform team writes it: a copy of NVIDIA's defaults
+    (all-disabled, all-enabled, all-<profile> with as many of it as one GPU holds) and `extra`."""
+    profiles = gpu_model(model).profiles
+    configs: dict[str, Any] = {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+        **{
+            f"all-{p.name}": [{"devices": "all", "mig-enabled": True, "mig-devices": {p.name: p.max_count}}]
+            for p in profiles
+        },
+        **(extra or {}),
+    }
+    namespace, name = MIG_CONFIG_MAP
+    text = "# maintained by the platform team\n" + yaml.safe_dump({"version": "v1", "mig-configs": configs})
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"config.yaml": text},
+    }
+
+
+class MigManager(NodeAgent):
+    """NVIDIA's MIG Manager: when `nvidia.com/mig.config` changes it reports `pending`, reads the
+    config from its ConfigMap (MIG_CONFIG_MAP) as nvidia-mig-parted does (tests.support.mig_parted_spec),
+    applies it GPU by GPU (`layouts`, what each GPU of each node holds: instances per profile, None
+    with MIG off) and reports `success`, publishing the node's slices and whole GPUs in its
+    allocatable as the device plugin would — or `failed` for a config it cannot apply (missing,
+    invalid) or one matching a pattern in `fail`; a config matching one in `hold` stays `pending`
+    until it leaves the set (forever: a wedged MIG Manager). Patterns are fnmatch's (`gpuwise-*`)."""
+
+    def __init__(self, kubeconfig: str, *, fail: Collection[str] = (), hold: Collection[str] = ()) -> None:
         super().__init__(kubeconfig)
-        self.fail, self.hold = fail or set(), hold or set()
+        self.fail, self.hold = set(fail), set(hold)
+        self.config_maps = self.client.resources.get(api_version="v1", kind="ConfigMap")
         self.applied: dict[str, str] = {}  # node -> the config last asked for
         self.seen: list[tuple[str, str]] = []  # (node, config) in the order they were asked for
+        self.layouts: dict[str, list[mig_parted_spec.Layout]] = {}
+        self.errors: list[str] = []  # why configs failed, as MIG Manager's log would say
+
+    def _apply(self, name: str, config: str, labels: dict[str, str]) -> list[mig_parted_spec.Layout]:
+        namespace, cm = MIG_CONFIG_MAP
+        text = self.config_maps.get(name=cm, namespace=namespace).to_dict()["data"]["config.yaml"]
+        gpus = int(labels.get("nvidia.com/gpu.count", "1"))
+        before = self.layouts.get(name, [None] * gpus)
+        return mig_parted_spec.apply(text, config, labels["nvidia.com/gpu.product"], gpus, before)
 
     def react(self, name: str, labels: dict[str, str]) -> None:
         wanted = labels.get("nvidia.com/mig.config")
         state = labels.get("nvidia.com/mig.config.state")
         if wanted is None or (name not in self.applied and state == "success"):
             self.applied.setdefault(name, wanted or "")  # what the node ran before the test began
+            if wanted is not None and name not in self.layouts:
+                with contextlib.suppress(ApiException, mig_parted_spec.SpecError, ValueError):
+                    self.layouts[name] = self._apply(name, wanted, labels)  # unknown if the test defines none
             return
         if self.applied.get(name) != wanted:
             self.applied[name] = wanted
             self.seen.append((name, wanted))
             self.patch(name, {"nvidia.com/mig.config.state": "pending"})
             return
-        if state != "pending" or wanted in self.hold:
+        if state != "pending" or any(fnmatch.fnmatch(wanted, p) for p in self.hold):
             return
-        if wanted in self.fail:
+        try:
+            if any(fnmatch.fnmatch(wanted, p) for p in self.fail):
+                raise mig_parted_spec.SpecError(f"{wanted}: failed on purpose")
+            after = self._apply(name, wanted, labels)
+        except (ApiException, mig_parted_spec.SpecError, ValueError) as exc:
+            self.errors.append(str(exc))
             self.patch(name, {"nvidia.com/mig.config.state": "failed"})
             return
-        model = gpu_model(labels["nvidia.com/gpu.product"])
-        counts = Counter(i.profile for i in known_configs(model, {})[wanted])
-        gpus = int(labels.get("nvidia.com/gpu.count", "1"))
-        self.patch(name, allocatable={f"nvidia.com/mig-{p.name}": str(counts[p.name] * gpus) for p in model.profiles})
+        self.layouts[name] = after
+        slices: Counter[str] = Counter()
+        for gpu in after:
+            slices.update(gpu or {})
+        profiles = gpu_model(labels["nvidia.com/gpu.product"]).profiles
+        allocatable: dict[str, Any] = {
+            p.resource_name: str(slices[p.name]) if slices[p.name] else None for p in profiles
+        }
+        allocatable["nvidia.com/gpu"] = str(sum(gpu is None for gpu in after)) if None in after else None
+        self.patch(name, allocatable=allocatable)
         self.patch(name, {"nvidia.com/mig.config.state": "success"})
 
 

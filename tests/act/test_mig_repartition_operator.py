@@ -3,7 +3,8 @@
 A real sidecar replays a light GPU trace (10 % SM activity, 6 GB of 80), a real instrumented
 trainer steps and answers the checkpoint request, a real Prometheus scrapes them; the operator
 diagnoses OversizedGPU, recommends a 1g.10gb slice and, in Enforce mode, checkpoints the job,
-repartitions the opted-in node through the played MIG Manager, and restarts the job on a slice;
+repartitions the GPU it used on the opted-in node (a config of the node's own, written into MIG
+Manager's ConfigMap) through the played MIG Manager, and restarts the job on a slice;
 or rolls back when MIG Manager fails or wedges, or a disruption budget blocks an eviction.
 """
 
@@ -31,7 +32,7 @@ from tests.act.scenario import (
     start_operator,
     trainingjob,
 )
-from tests.act.support import MigManager, budget, mig_node, pod
+from tests.act.support import MIG_CONFIG_MAP, MigManager, budget, mig_config_map, mig_node, pod
 from tests.integration.conftest import Cluster, Operator
 from tests.support.emulator import EmulatorThread
 from tests.support.prometheus import AVAILABLE, Prometheus
@@ -104,15 +105,20 @@ def back_on_its_whole_gpu(cluster: Cluster) -> None:
     assert not node["spec"].get("unschedulable")
 
 
+def with_mig_manager_configs(cluster: Cluster) -> None:
+    cluster.create(mig_config_map(), namespace=MIG_CONFIG_MAP[0])
+
+
 def test_repartition_end_to_end_survives_an_operator_restart(
     cluster: Cluster, emulator: EmulatorThread, operator: Operator, trainer: Trainer
 ) -> None:
+    with_mig_manager_configs(cluster)
     cluster.create(mig_node(NODE, gpus=2, allocatable={"nvidia.com/gpu": "2"}), namespace="")
-    cluster.create(pod("inference", NODE, gpus=GPU), namespace="default")  # on the other GPU: evicted
+    cluster.create(pod("inference", NODE, gpus=GPU), namespace="default")  # on the other GPU: kept whole, evicted
     # A node as good (one eviction each) that sorts first, but its pod is another TrainingJob's worker.
     cluster.create(mig_node(BUSY, allocatable={"nvidia.com/gpu": "1"}), namespace="")
     cluster.create(pod("gpt-0", BUSY, gpus=GPU, labels={wiring.LABEL_TRAININGJOB: "gpt"}), namespace="default")
-    with MigManager(str(emulator.kubeconfig), hold={"all-1g.10gb"}) as manager:
+    with MigManager(str(emulator.kubeconfig), hold={"gpuwise-*"}) as manager:
         job = start(cluster, mig_job())
         waiting = eventually(
             lambda: in_state(cluster, "vit", "WaitingForCheckpoint"), timeout=40, what="a checkpoint request"
@@ -124,11 +130,13 @@ def test_repartition_end_to_end_survives_an_operator_restart(
 
         # The runner stops the job, then prepares the node: cordoned, config asked for, MIG pending.
         eventually(lambda: manager.seen, timeout=30, what="the MIG config label")
-        assert manager.seen == [(NODE, "all-1g.10gb")]
         node = cluster.get("v1", "Node", NODE, namespace="") or {}
         assert node["spec"]["unschedulable"] is True
         preparing = last_action(cluster, "vit")
+        config = preparing["details"]["migConfig"]
+        assert manager.seen == [(NODE, config)] and config.startswith(f"gpuwise-{NODE}-")
         assert preparing["details"]["previousMigConfig"] == "all-disabled"
+        assert preparing["details"]["migGpus"] == "1", "the job's GPU, not the one the inference pod used"
         assert preparing["details"]["evicted"] == "default/inference"
         assert cluster.get("v1", "Pod", "inference", "default") is None
         eventually(lambda: "Applying" in transitions(cluster, waiting), what="the Applying Event")
@@ -157,7 +165,8 @@ def test_repartition_end_to_end_survives_an_operator_restart(
         assert preferred["preference"]["matchExpressions"][0]["values"] == [NODE], "where the slices were made"
         run_job(cluster, new_job, node=NODE)
         done = eventually(lambda: in_state(cluster, "vit", "Done"), timeout=30, what="the action verified")
-    assert manager.seen == [(NODE, "all-1g.10gb")], "asked once, across the restart"
+    assert manager.seen == [(NODE, config)], "asked once, across the restart"
+    assert manager.layouts[NODE] == [None, {"1g.10gb": 1}]
     node = cluster.get("v1", "Node", NODE, namespace="") or {}
     assert not node["spec"].get("unschedulable")
     assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
@@ -190,8 +199,8 @@ def checkpointed_and_rolled_back(cluster: Cluster, trainer: Trainer) -> dict[str
 @pytest.mark.parametrize(
     "outcome",
     [
-        ({"fail": {"all-1g.10gb"}}, "MigConfigFailed", "could not apply all-1g.10gb"),
-        ({"hold": {"all-1g.10gb"}}, "MigConfigTimeout", "MIG config all-1g.10gb is pending after 2s"),
+        ({"fail": {"gpuwise-*"}}, "MigConfigFailed", "could not apply gpuwise-"),
+        ({"hold": {"gpuwise-*"}}, "MigConfigTimeout", "is pending after 2s"),
     ],
     ids=["failed", "wedged-pending"],
 )
@@ -203,11 +212,13 @@ def test_a_failed_or_wedged_mig_config_rolls_back_and_the_job_keeps_its_whole_gp
     outcome: tuple[dict[str, set[str]], str, str],
 ) -> None:
     manager_settings, reason, said = outcome
+    with_mig_manager_configs(cluster)
     cluster.create(mig_node(NODE, allocatable={"nvidia.com/gpu": "1"}), namespace="")
     with MigManager(str(emulator.kubeconfig), **manager_settings) as manager:
         rolled_back = checkpointed_and_rolled_back(cluster, trainer)
     assert rolled_back["reason"] == reason
-    assert manager.seen == [(NODE, "all-1g.10gb"), (NODE, "all-disabled")], "the previous config, asked back"
+    config = rolled_back["details"]["migConfig"]
+    assert manager.seen == [(NODE, config), (NODE, "all-disabled")], "the previous config, asked back"
     node = cluster.get("v1", "Node", NODE, namespace="") or {}
     assert node["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
     assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
@@ -227,6 +238,7 @@ def test_an_eviction_a_disruption_budget_blocks_rolls_back(
 ) -> None:
     """The budget's status is unknown (no disruption controller): the node is chosen, and the
     Eviction API refuses, for drainTimeout. Nothing is asked of MIG Manager; the pod stays."""
+    with_mig_manager_configs(cluster)
     cluster.create(mig_node(NODE, gpus=2, allocatable={"nvidia.com/gpu": "2"}), namespace="")
     cluster.create(budget("serving", {"matchLabels": {"app": "serve"}}, maxUnavailable=0), namespace="default")
     cluster.create(pod("serve", NODE, gpus=GPU, labels={"app": "serve"}), namespace="default")

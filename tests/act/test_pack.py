@@ -19,6 +19,7 @@ from tests.act.support import (
     DevicePlugin,
     drive,
     job_view,
+    mig_config_map,
     mig_node,
     pod,
     recommend,
@@ -164,6 +165,7 @@ async def test_no_room_without_evicting_says_why(kube: Kube) -> None:
 
 
 async def test_pack_onto_free_mig_slices_but_never_repartitions(kube: Kube) -> None:
+    await kube.create(mig_config_map())  # where MigRepartition would find a plan: Pack never uses it
     await kube.create(mig_node("sliced", config="all-1g.10gb", allocatable={"nvidia.com/mig-1g.10gb": "7"}))
     plan = PACK.plan(job_view(), recommend(ActionKind.PACK, migProfile="1g.10gb"), SETTINGS)
     assert isinstance(plan, Plan) and plan.target.resources == {"nvidia.com/mig-1g.10gb": "1"}
@@ -193,6 +195,7 @@ async def test_admit_refuses_before_anything_is_disrupted(kube: Kube) -> None:
     assert isinstance(refused, Refusal) and refused.reason == "NoSharedGpu"
     assert "no node is opted in" in refused.message
     await kube.create(mig_node("whole-gpus"))  # opted in for MIG, but no slices carved
+    await kube.create(mig_config_map())
     refused = await PACK.admit(job_view(), slices, ctx)
     assert isinstance(refused, Refusal) and refused.reason == "NoFreeMigSlices"
     await kube.create(time_slicing_node("ts-1"))

@@ -24,7 +24,7 @@ EVERYTHING: dict[str, Any] = {
         "pack": True,
         "nodes": {
             "drainTimeout": "5m",
-            "mig": {"configs": {"balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}},
+            "mig": {"configMap": {"namespace": "nvidia-gpu-operator", "name": "mig-parted-config"}},
             "timeSlicing": {"config": "shared-4"},
         },
         "budgets": [{"jobs": "10%"}, {"jobs": "0", "namespace": "*", "schedule": "0 9 * * 1-5", "duration": "8h"}],

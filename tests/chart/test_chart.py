@@ -258,6 +258,18 @@ def test_actions_add_only_their_permissions() -> None:
         assert grants(docs, "nodes") == {"get", "list", "watch", "patch"}, action
         assert grants(docs, "pods/eviction") == {"create"}, action
         assert grants(docs, "poddisruptionbudgets") == {"get", "list"}, "read only: the Eviction API enforces"
+    # MigRepartition writes its plan into MIG Manager's ConfigMap: that one, in its namespace, nothing else.
+    assert not grants(render({"actions": {"pack": True}}), "configmaps", "Role")
+    (role,) = find(render({"actions": {"migRepartition": True}}), "Role")
+    assert role["metadata"]["namespace"] == "gpu-operator"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["custom-mig-config"],
+            "verbs": ["get", "patch"],
+        }
+    ]
     # AdjustConfig and Reschedule restart the job (Job delete, pod patch): nothing on nodes, no eviction.
     enforce = render({"actions": {"enforce": True}})
     assert not grants(enforce, "nodes") and not grants(enforce, "poddisruptionbudgets")
@@ -291,17 +303,20 @@ def test_node_action_settings_reach_the_operator() -> None:
 
     default = nodes_of({})
     assert default.time_slicing.config is None and default.packing_policy == "gpuwise"
-    assert default.drain_timeout == "10m" and default.mig.config_timeout == "15m" and default.mig.configs == {}
+    assert default.drain_timeout == "10m" and default.mig.config_timeout == "15m"
+    assert str(default.mig.config_map) == "gpu-operator/custom-mig-config"
     nodes = {
         "packingPolicy": "bestfit",
-        "mig": {"configs": {"balanced": {"1g.10gb": 2, "3g.40gb": 1}}},
+        "mig": {"configMap": {"namespace": "nvidia-gpu-operator", "name": "mig-parted-config"}},
         "timeSlicing": {"config": "shared-8", "replicas": 8},
     }
     chosen = nodes_of({"actions": {"pack": True, "nodes": nodes}})
-    assert chosen.packing_policy == "bestfit" and chosen.mig.configs == {"balanced": {"1g.10gb": 2, "3g.40gb": 1}}
+    assert chosen.packing_policy == "bestfit" and str(chosen.mig.config_map) == "nvidia-gpu-operator/mig-parted-config"
     assert chosen.time_slicing.config == "shared-8" and chosen.time_slicing.replicas == 8
     with pytest.raises(helm.HelmValuesError, match="packingPolicy"):
         render({"actions": {"nodes": {"packingPolicy": "firstfit"}}})
+    with pytest.raises(helm.HelmValuesError, match="configMap/name"):
+        render({"actions": {"nodes": {"mig": {"configMap": {"name": "Custom_Config"}}}}})
 
 
 def test_enforce_turns_actions_on_with_their_guardrails_and_permissions() -> None:
@@ -346,7 +361,7 @@ def test_named_namespaces_get_roles_not_cluster_wide_access() -> None:
     resources = {r for rule in cluster for r in rule["resources"]}
     assert resources == {"customresourcedefinitions", "nodes", "pods", "pods/eviction", "poddisruptionbudgets"}
     roles = find(docs, "Role")
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["nvidia-gpu-operator", "team-a", "team-b"]
     assert grants(docs, "trainingjobs/finalizers", "Role") == {"update"}
     bindings = find(docs, "RoleBinding")
     assert all(b["subjects"][0]["namespace"] == NAMESPACE for b in bindings)

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 import highspy
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -224,21 +223,6 @@ def test_invalid_inputs_are_rejected_with_reasons() -> None:
         plan_gpu(GpuState("A100-80GB", tuple(busy), busy), {"7g.80gb": 1})
     with pytest.raises(ValueError, match="must share a model"):
         plan_node([GpuState("A100-80GB"), GpuState("H100-80GB")], {})
-
-
-def test_mig_parted_config_groups_devices_with_the_same_counts() -> None:
-    plan = plan_node([GpuState("H100-80GB")] * 4, {"3g.40gb": 4, "7g.80gb": 1})
-    config = plan.mig_parted_config("gpuwise-node-a")
-    assert config["version"] == "v1"
-    devices = config["mig-configs"]["gpuwise-node-a"]
-    assert sorted(i for group in devices for i in group["devices"]) == [0, 1, 2, 3]
-    assert all(group["mig-enabled"] is True for group in devices)
-    counts: Counter[str] = Counter()
-    for group in devices:
-        for name, count in group["mig-devices"].items():
-            counts[name] += count * len(group["devices"])
-    assert counts["3g.40gb"] >= 4 and counts["7g.80gb"] >= 1
-    assert yaml.safe_load(yaml.safe_dump(config)) == config
 
 
 def test_eight_gpu_nodes_plan_quickly_and_fill_every_slice() -> None:

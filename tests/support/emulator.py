@@ -11,6 +11,8 @@ also does things the operator counts on. Rather than weaken the operator, this s
 - garbage collection: deleting an owner deletes its dependents (ownerReferences by uid),
   as the controller manager's garbage collector does in the background;
 - equality field selectors on list and watch (`spec.nodeName=n1,status.phase!=Succeeded`);
+- optimistic concurrency: an update or patch naming a `metadata.resourceVersion` other than the
+  stored one is the API server's 409 Conflict;
 - Nodes, PodDisruptionBudgets and the pods' `eviction` subresource (policy/v1 Eviction): a pod
   covered by a PodDisruptionBudget is deleted only if the budget allows a disruption, otherwise
   the answer is the API server's 429 with a `DisruptionBudget` cause; more than one budget for a
@@ -59,6 +61,7 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "v1/events": {"kind": "Event", "namespaced": True},
     "v1/pods": {"kind": "Pod", "namespaced": True, "subresources": {"status", "eviction"}},
     "v1/nodes": {"kind": "Node", "namespaced": False, "subresources": {"status"}},
+    "v1/configmaps": {"kind": "ConfigMap", "namespaced": True, "shortnames": {"cm"}},
     "policy/v1/poddisruptionbudgets": {
         "kind": "PodDisruptionBudget",
         "namespaced": True,
@@ -287,7 +290,10 @@ class Emulator(kmock.KubernetesEmulator):
             if request.action == enums.action.CREATE:
                 self._stamp_new(request)
             elif request.action == enums.action.UPDATE and request.name is not None:
-                self._stamp_update(request)
+                try:
+                    self._stamp_update(request)
+                except _Refusal as refusal:
+                    return refusal.response()
         response = await super()._handle(request)
         # An owner leaves on DELETE, or on the patch that removes its last finalizer; an object
         # created with an owner that is already gone is collected too.
@@ -324,6 +330,16 @@ class Emulator(kmock.KubernetesEmulator):
             else:
                 data.pop("status", None)
         meta = data.setdefault("metadata", {})
+        expected = meta.get("resourceVersion")
+        if stored is not None and expected is not None:
+            current = stored.get("metadata", {}).get("resourceVersion")
+            if expected != current:
+                raise _Refusal(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {request.resource.plural} "{request.name}": the object has '
+                    "been modified; please apply your changes to the latest version and try again",
+                )
         for immutable in ("uid", "creationTimestamp", "name", "namespace"):
             meta.pop(immutable, None)
         meta["resourceVersion"] = str(next(self._versions))

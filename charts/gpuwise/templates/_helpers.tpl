@@ -140,8 +140,9 @@ actions:
     packingPolicy: {{ .packingPolicy | quote }}
     mig:
       configTimeout: {{ .mig.configTimeout | quote }}
-      configs:
-        {{- toYaml .mig.configs | nindent 8 }}
+      configMap:
+        namespace: {{ .mig.configMap.namespace | quote }}
+        name: {{ .mig.configMap.name | quote }}
     timeSlicing:
       {{- with .timeSlicing.config }}
       config: {{ . | quote }}

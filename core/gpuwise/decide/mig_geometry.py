@@ -28,7 +28,6 @@ import functools
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpuwise.hardware.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, GpuModel, gpu_model
 
@@ -150,7 +149,8 @@ class GpuPlan:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Instances per profile, in the model's profile order (a ``mig-parted`` device entry)."""
+        """Instances per profile, in the model's profile order (a ``mig-parted`` device entry:
+        see :mod:`gpuwise.decide.mig_parted`)."""
         have = Counter(i.profile for i in self.instances)
         return {p.name: have[p.name] for p in gpu_model(self.model).profiles if have[p.name]}
 
@@ -194,17 +194,6 @@ class NodePlan:
             return 0
         model = gpu_model(self.gpus[0].model)
         return sum(model.profile(name).compute_slices * count for name, count in self.served.items())
-
-    def mig_parted_config(self, name: str) -> dict[str, Any]:
-        """The node's geometry as a ``mig-parted`` config named ``name`` (devices with the same
-        counts grouped), for the ``nvidia.com/mig.config`` label MIG Manager acts on."""
-        groups: dict[tuple[tuple[str, int], ...], list[int]] = {}
-        for index, gpu in enumerate(self.gpus):
-            groups.setdefault(tuple(gpu.counts.items()), []).append(index)
-        devices = [
-            {"devices": indices, "mig-enabled": True, "mig-devices": dict(counts)} for counts, indices in groups.items()
-        ]
-        return {"version": "v1", "mig-configs": {name: devices}}
 
 
 def plan_node(gpus: Sequence[GpuState], demand: Mapping[str, int], *, reconfigure_busy_gpus: bool = False) -> NodePlan:

@@ -1,22 +1,31 @@
 """MigRepartition: move a job that uses a fraction of a GPU onto a MIG slice that fits it.
 
-gpuwise drives MIG the way the NVIDIA GPU Operator expects and owns nothing of it: it sets the node
-label `nvidia.com/mig.config=<config>` and MIG Manager applies that `mig-parted` config, reporting
+gpuwise drives MIG the way the NVIDIA GPU Operator expects: it sets the node label
+`nvidia.com/mig.config=<config>` and MIG Manager applies that `mig-parted` config from its
+ConfigMap (the ClusterPolicy's `migManager.config.name`, `actions.nodes.mig.configMap`), reporting
 in `nvidia.com/mig.config.state` (`pending` → `rebooting`? → `success` | `failed`). gpuwise never
 runs nvidia-smi, and only acts on nodes a platform team opted in (`gpuwise.io/gpu-partitioning:
 mig`) whose MIG state is settled: a change it did not make is another owner's, and it waits.
 
+The config is the node's own plan, not a name applied node-wide: gpuwise reads what the node's
+current config makes of each GPU (from the ConfigMap), plans the fewest instance changes that give
+the job its slices on GPUs no other pod uses (:func:`gpuwise.decide.mig_parted.replan`), and
+writes that layout as `gpuwise-<node>-<digest>` beside the ConfigMap's other configs. GPUs the plan
+does not need keep their entry, so MIG Manager leaves them alone.
+
 The steps, each recorded in the action's `details` before the next one so an operator restart
 resumes where it was without repeating one:
 
-1. choose a node and config (:func:`choose`): a node that already has free slices of the profile
-   needs no change at all; otherwise a config MIG Manager knows by name that offers them, on the
-   node that needs the fewest evictions and instance changes (geometries from the MIG planner);
-2. cordon the node and evict its GPU pods (MIG Manager recreates every instance of a GPU whose
-   config changes, and does not move pods itself), for at most `drainTimeout`; a node with a
-   worker of another TrainingJob or a do-not-disrupt pod on it is never chosen (nor drained);
-3. set the config label (removing the stale state label, so an old `success` is never mistaken
-   for the new one's), and follow the state to `success` within `mig.configTimeout`;
+1. choose a node (:func:`choose`): a node that already has free slices of the profile needs no
+   change at all; otherwise the node whose plan needs the fewest evictions and instance changes;
+2. cordon the node and evict its GPU pods, for at most `drainTimeout`: MIG Manager does not move
+   pods, and which GPU a pod holds is the kubelet's to know, so the whole node is idled (the GPUs
+   other pods used keep their layout for them to come back to); a node with a worker of another
+   TrainingJob or a do-not-disrupt pod on it is never chosen (nor drained);
+3. write the config into the ConfigMap (dropping gpuwise's configs for the node that no node
+   runs any more), set the config label (removing the stale state label, so an old `success` is
+   never mistaken for the new one's), and follow the state to `success` within
+   `mig.configTimeout`;
 4. uncordon. The runner then restarts the job requesting `nvidia.com/mig-<profile>`.
 
 On failure (`failed`, a wedged state, a blocked eviction) `undo` sets the previous config back,
@@ -28,22 +37,24 @@ ran worse): other pods may use the new slices by then; the job alone goes back t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+import json
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from gpuwise import wiring
 from gpuwise.act import nodes
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.machine import READY, ActContext, Action, ActionFailed, JobView, Plan, Progress, Refusal
-from gpuwise.act.node_settings import NodeActionSettings
+from gpuwise.act.node_settings import ConfigMapRef, NodeActionSettings
 from gpuwise.api.kinds import MIG_PROFILE_CHANGE, ActionKind
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionRecord, Recommendation
-from gpuwise.decide.mig_geometry import GpuState, MigInstance, NoGeometryError, plan_gpu
+from gpuwise.decide import mig_parted
+from gpuwise.decide.mig_geometry import NoGeometryError
 from gpuwise.hardware.gpu_specs import GPU_PRODUCT_LABEL
-from gpuwise.hardware.mig_profiles import GpuModel, UnknownGpuModelError, UnknownProfileError, gpu_model
-from gpuwise.kube.client import Kube
+from gpuwise.hardware.mig_profiles import UnknownGpuModelError, UnknownProfileError, gpu_model
+from gpuwise.kube.client import ApiError, Kube
 from gpuwise.kube.resources import GPU_RESOURCE, MIG_RESOURCE_PREFIX, gpu_resources
 
 JsonDict = dict[str, Any]
@@ -56,30 +67,71 @@ LABEL_GPU_PRODUCT: Final = GPU_PRODUCT_LABEL
 LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
 SETTLED: Final = "success"
 IN_FLIGHT: Final = frozenset({"pending", "rebooting"})
-MIG_DISABLED: Final = "all-disabled"
+MIG_DISABLED: Final = "all-disabled"  # what a node without the label runs: the GPU Operator's default
 
 
 # --- the configs MIG Manager knows ----------------------------------------------------------
 
 
-def known_configs(model: GpuModel, extra: Mapping[str, Mapping[str, int]]) -> dict[str, frozenset[MigInstance]]:
-    """Config name → the geometry it gives every GPU of `model`.
+@dataclass(frozen=True)
+class MigConfigs:
+    """MIG Manager's configs as gpuwise read them from `source` ("namespace/name"), or why it could not."""
 
-    NVIDIA's default `mig-parted` ConfigMap defines `all-disabled` and `all-<profile>` (as many of
-    one profile as a GPU holds) for every model; `extra` are the platform's own. A config that does
-    not fit this model (another model's profiles) is left out. The MIG planner places the
-    instances, so every geometry here is a valid one.
-    """
-    wanted: dict[str, Mapping[str, int]] = {MIG_DISABLED: {}}
-    wanted |= {f"all-{p.name}": {p.name: p.max_count} for p in model.profiles}
-    wanted |= extra
-    configs: dict[str, frozenset[MigInstance]] = {}
-    for name, counts in wanted.items():
-        try:
-            configs[name] = frozenset(plan_gpu(GpuState(model.name), counts).instances)
-        except (UnknownProfileError, NoGeometryError):
-            continue
-    return configs
+    source: str
+    configs: Mapping[str, mig_parted.Entry] = field(default_factory=dict)
+    problem: str | None = None
+
+
+async def read_configs(kube: Kube, ref: ConfigMapRef) -> MigConfigs:
+    """The configs in MIG Manager's ConfigMap; a problem (missing, unreadable) is kept, not raised:
+    only a node that needs a change needs them."""
+    source = str(ref)
+    try:
+        found = await kube.get("v1", "ConfigMap", ref.namespace, ref.name)
+    except ApiError as exc:
+        return MigConfigs(source, problem=f"MIG Manager's ConfigMap {source} cannot be read: {exc}")
+    if found is None:
+        return MigConfigs(
+            source,
+            problem=f"MIG Manager's ConfigMap {source} does not exist (actions.nodes.mig.configMap must name "
+            "the ClusterPolicy's migManager.config.name)",
+        )
+    try:
+        return MigConfigs(source, mig_parted.parse((found.get("data") or {}).get(mig_parted.CONFIG_KEY)))
+    except mig_parted.MigPartedError as exc:
+        return MigConfigs(source, problem=f"MIG Manager's ConfigMap {source}: {exc}")
+
+
+async def publish(kube: Kube, ref: ConfigMapRef, node: str, name: str, devices: mig_parted.Entry) -> str | None:
+    """Make config `name` (`devices`) one of MIG Manager's, keeping every other config, and drop
+    the configs gpuwise generated for `node` that no node's label names any more. None once it is
+    there; why not yet after a conflicting write (someone else changed the ConfigMap: next cycle).
+
+    Raises ActionFailed MigConfigMapUnusable when the ConfigMap is missing or not a mig-parted config."""
+    found = await kube.get("v1", "ConfigMap", ref.namespace, ref.name)
+    if found is None:
+        raise ActionFailed("MigConfigMapUnusable", f"MIG Manager's ConfigMap {ref} does not exist")
+    text = (found.get("data") or {}).get(mig_parted.CONFIG_KEY)
+    try:
+        configs = mig_parted.parse(text)
+    except mig_parted.MigPartedError as exc:
+        raise ActionFailed("MigConfigMapUnusable", f"MIG Manager's ConfigMap {ref}: {exc}") from exc
+    labelled = await kube.list("v1", "Node", label_selector=LABEL_MIG_CONFIG)
+    running = {(n["metadata"].get("labels") or {}).get(LABEL_MIG_CONFIG) for n in labelled}
+    stale = {c for c in configs if c != name and c not in running and mig_parted.owned_by(c, node)}
+    if configs.get(name) == devices and not stale:
+        return None
+    body = {
+        "metadata": {"resourceVersion": found["metadata"]["resourceVersion"]},  # a conflict, not a lost write
+        "data": {mig_parted.CONFIG_KEY: mig_parted.merged(text, name, devices, stale)},
+    }
+    try:
+        await kube.patch("v1", "ConfigMap", ref.namespace, ref.name, body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return f"MIG Manager's ConfigMap {ref} changed while gpuwise wrote {name}; writing it again"
+    return None
 
 
 # --- the nodes as MIG sees them -------------------------------------------------------------
@@ -114,6 +166,10 @@ class Choice:
     previous: str
     evictions: tuple[str, ...] = ()
     instance_changes: int = 0
+    devices: mig_parted.Entry = field(default_factory=list)
+    """The generated config's device entries (empty when the config stays)."""
+    changed: tuple[int, ...] = ()
+    """The GPUs whose layout the config changes."""
 
     @property
     def changes_config(self) -> bool:
@@ -131,6 +187,21 @@ class NoMigNodeError(Exception):
         super().__init__(f"no node can offer {count} x {profile}: {why}")
 
 
+def in_use(pods: Iterable[Mapping[str, Any]]) -> tuple[int, dict[str, int]]:
+    """Whole GPUs, and MIG instances per profile, that `pods` hold."""
+    whole, slices = 0, dict[str, int]()
+    for pod in pods:
+        if not nodes.holds_gpus(dict(pod)):
+            continue
+        for resource, count in gpu_resources(dict(pod)).items():
+            if resource == GPU_RESOURCE:
+                whole += count
+            elif resource.startswith(MIG_RESOURCE_PREFIX):
+                profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+                slices[profile] = slices.get(profile, 0) + count
+    return whole, slices
+
+
 def choose(
     all_nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
@@ -138,22 +209,23 @@ def choose(
     count: int,
     *,
     job: str,
+    configs: MigConfigs,
     held: Mapping[str, str] | None = None,
-    extra_configs: Mapping[str, Mapping[str, int]] | None = None,
     evict_namespaces: Collection[str] = (),
 ) -> Choice:
     """The node and config that give `count` free `profile` slices with the least disruption.
 
-    A pure function of the nodes and their pods. `job` ("namespace/name") is the TrainingJob to
-    move, whose pods the restart stops anyway; a node that would have to evict a pod that must
-    never be evicted (another TrainingJob's worker, a do-not-disrupt pod, one outside
+    A pure function of the nodes, their pods and MIG Manager's `configs`. `job` ("namespace/name")
+    is the TrainingJob to move, whose pods the restart stops anyway: its GPUs are free to
+    repartition, those other pods hold keep their layout. A node that would have to evict a pod
+    that must never be evicted (another TrainingJob's worker, a do-not-disrupt pod, one outside
     `evict_namespaces` when that is given: see :func:`nodes.never_evicted`) is out, and so is one
     that would have to evict a pod a disruption budget keeps now (`held`, with why). Raises
     :class:`NoMigNodeError` saying why each node is out.
     """
     reasons: dict[str, str] = {}
     options: list[tuple[tuple[int, int, int, str], Choice]] = []
-    resource = f"nvidia.com/mig-{profile}"
+    resource = f"{MIG_RESOURCE_PREFIX}{profile}"
     for node in all_nodes:
         name = node["metadata"]["name"]
         labels = _labels(node)
@@ -182,16 +254,6 @@ def choose(
         if free_slices(node, others, resource) >= count:
             options.append(((0, 0, 0, name), Choice(name, current, current)))
             continue
-        gpus = int(labels.get(LABEL_GPU_COUNT, "0") or 0)
-        configs = known_configs(model, extra_configs or {})
-        fitting = {
-            config: geometry
-            for config, geometry in configs.items()
-            if gpus * sum(1 for i in geometry if i.profile == profile) >= count
-        }
-        if not fitting:
-            reasons[name] = f"no known MIG config offers {count} x {profile} on its {gpus} {model.name} GPU(s)"
-            continue
         evict = tuple(sorted(nodes.pod_ref(dict(p)) for p in others if nodes.holds_gpus(dict(p))))
         protected = [
             f"{nodes.pod_ref(dict(p))} ({why})"
@@ -205,31 +267,52 @@ def choose(
         if kept:
             reasons[name] = f"cannot be idled now: {', '.join(kept)}"
             continue
-        before = configs.get(current)
-        for config, geometry in fitting.items():
-            # Instances created plus destroyed on every GPU (of an unknown current config: created).
-            changes = gpus * len(geometry ^ (before or frozenset()))
-            options.append(
-                ((1, len(evict), changes, name + " " + config), Choice(name, config, current, evict, changes))
+        if configs.problem is not None:
+            reasons[name] = configs.problem
+            continue
+        if current not in configs.configs:
+            reasons[name] = f"its MIG config {current!r} is not in {configs.source}: its GPUs' layout is unknown"
+            continue
+        gpus = int(labels.get(LABEL_GPU_COUNT, "0") or 0)
+        whole, slices = in_use(others)
+        try:
+            now = mig_parted.layouts(configs.configs[current], model, gpus)
+            plan = mig_parted.replan(model, now, {profile: count}, whole_in_use=whole, slices_in_use=slices)
+        except mig_parted.MigPartedError as exc:
+            reasons[name] = f"its MIG config {current!r} in {configs.source}: {exc}"
+            continue
+        except NoGeometryError as exc:
+            reasons[name] = str(exc)
+            continue
+        if not plan.changed:
+            reasons[name] = (
+                f"its MIG config {current!r} has the slices, but its allocatable does not show them free "
+                "(MIG Manager or the device plugin has not caught up)"
             )
+            continue
+        devices = mig_parted.entry(plan.layouts)
+        config = mig_parted.config_name(name, devices)
+        choice = Choice(name, config, current, evict, plan.instance_changes, devices, plan.changed)
+        options.append(((1, len(evict), plan.instance_changes, name), choice))
     if not options:
         raise NoMigNodeError(profile, count, reasons)
     return min(options, key=lambda option: option[0])[1]
 
 
 async def find_slices(kube: Kube, job: JobView, details: Mapping[str, str], settings: NodeActionSettings) -> Choice:
-    """:func:`choose` over the opted-in nodes and the GPU pods on them, as they are now."""
+    """:func:`choose` over the opted-in nodes, the GPU pods on them and MIG Manager's configs, as they are now."""
     candidates = await kube.list("v1", "Node", label_selector=f"{LABEL_PARTITIONING}={PARTITIONING_MIG}")
     pods = [pod for node in candidates for pod in await nodes.gpu_pods(kube, node["metadata"]["name"])]
     budgets = await kube.list("policy/v1", "PodDisruptionBudget") if pods else []
+    configs = await read_configs(kube, settings.mig.config_map) if candidates else MigConfigs("")
     return choose(
         candidates,
         pods,
         details["migProfile"],
         int(details.get("workers", "1")),
         job=f"{job.namespace}/{job.name}",
+        configs=configs,
         held=nodes.held_by_budgets(pods, budgets),
-        extra_configs=settings.mig.configs,
         evict_namespaces=settings.evict_namespaces,
     )
 
@@ -268,9 +351,12 @@ def prefer(plan: Plan, chosen: Sequence[str]) -> Plan:
     return replace(plan, target=target)
 
 
-def config_change(config: str, timeout: str) -> nodes.LabelChange:
-    """Ask MIG Manager for `config`. The old state label goes with the request, so that only the
-    answer to this request is read (a stale `success` would otherwise look like one)."""
+def config_change(
+    config: str, timeout: str, ready: Callable[[], Awaitable[str | None]] | None = None
+) -> nodes.LabelChange:
+    """Ask MIG Manager for `config` (once `ready`: written into its ConfigMap). The old state label
+    goes with the request, so that only the answer to this request is read (a stale `success`
+    would otherwise look like one)."""
 
     def answer(node: JsonDict) -> tuple[nodes.Outcome, str]:
         labels = _labels(node)
@@ -293,6 +379,7 @@ def config_change(config: str, timeout: str) -> nodes.LabelChange:
         timeout=timeout,
         failed_reason="MigConfigFailed",
         timeout_reason="MigConfigTimeout",
+        ready=ready,
     )
 
 
@@ -338,12 +425,27 @@ class MigRepartition(Action):
             name,
             holder(job, record),
             job=f"{job.namespace}/{job.name}",
-            change=config_change(config, ctx.settings.nodes.mig.config_timeout),
+            change=config_change(config, ctx.settings.nodes.mig.config_timeout, self._publishing(details, ctx)),
             details=details,
             now=ctx.now,
             drain_timeout=ctx.settings.nodes.drain_timeout,
             evict_namespaces=ctx.settings.nodes.evict_namespaces,
         )
+
+    @staticmethod
+    def _publishing(details: Mapping[str, str], ctx: ActContext) -> Callable[[], Awaitable[str | None]] | None:
+        """Writing the node's generated config (`details.migDevices`, the record of what gpuwise asks
+        for) into MIG Manager's ConfigMap, once the node is idle and before the label names it. An
+        action an older gpuwise began names one of MIG Manager's own configs: nothing to write."""
+        if "migDevices" not in details:
+            return None
+        devices: mig_parted.Entry = json.loads(details["migDevices"])
+
+        async def ready() -> str | None:
+            ref = ctx.settings.nodes.mig.config_map
+            return await publish(ctx.kube, ref, details["node"], details["migConfig"], devices)
+
+        return ready
 
     async def admit(self, job: JobView, plan: Plan, ctx: ActContext) -> Plan | Refusal:
         """Stop nothing unless some node can serve the slices now; prefer that node for the workers."""
@@ -362,9 +464,12 @@ class MigRepartition(Action):
         chosen = {"node": choice.node, "migConfig": choice.config, "previousMigConfig": choice.previous}
         if not choice.changes_config:
             return Progress(True, f"node {choice.node} has free {profile} slices: no MIG change needed", chosen)
+        chosen["migDevices"] = json.dumps(choice.devices, separators=(",", ":"))
+        chosen["migGpus"] = ",".join(str(i) for i in choice.changed)
         message = (
-            f"node {choice.node}: MIG config {choice.previous} → {choice.config} "
-            f"({choice.instance_changes} instance changes, {len(choice.evictions)} pod(s) to evict)"
+            f"node {choice.node}: MIG config {choice.previous} → {choice.config}, repartitioning GPU(s) "
+            f"{chosen['migGpus']} only ({choice.instance_changes} instance changes, "
+            f"{len(choice.evictions)} pod(s) to evict)"
         )
         return Progress(False, message, chosen)
 

@@ -1,9 +1,10 @@
 """What a platform team configures for the node-side actions (MigRepartition, Pack).
 
-gpuwise drives NVIDIA's own components through node labels and never configures them itself, so
-it must be told the names they know: the MIG configs in MIG Manager's `mig-parted` ConfigMap and
-the time-slicing config in the device plugin's ConfigMap. A name gpuwise is not told about is
-never set on a node. Validated at start-up with the rest of the operator settings.
+gpuwise drives NVIDIA's own components through node labels, so it must be told where their
+configs are: MIG Manager's `mig-parted` ConfigMap (where gpuwise reads what a node's MIG config
+makes of its GPUs, and adds the one config per node it generates; it sets no other MIG name) and
+the time-slicing config in the device plugin's ConfigMap (a name gpuwise is told, never one of its
+own). Validated at start-up with the rest of the operator settings.
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ from pydantic import Field, field_validator
 
 from gpuwise.api.base import ApiModel, Duration
 from gpuwise.decide.packing.registry import POLICIES
-from gpuwise.hardware.mig_profiles import GPU_MODELS
 
-PROFILE_PATTERN: Final = r"^[1-7]g\.[0-9]+gb$"
+DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN: Final = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+class ConfigMapRef(ApiModel):
+    namespace: str = Field(default="gpu-operator", pattern=DNS_LABEL, description="The GPU Operator's namespace.")
+    name: str = Field(default="custom-mig-config", pattern=DNS_SUBDOMAIN, description="The ConfigMap's name.")
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class MigSettings(ApiModel):
@@ -25,23 +34,12 @@ class MigSettings(ApiModel):
         description="How long nvidia.com/mig.config.state may stay pending or rebooting before the change is "
         "rolled back (MIG Manager may reboot the node).",
     )
-    configs: dict[str, dict[str, int]] = Field(
-        default_factory=dict,
-        description="MIG configs your MIG Manager's mig-parted ConfigMap defines beyond NVIDIA's default "
-        "all-<profile> ones, as instances per GPU, e.g. {balanced: {1g.10gb: 2, 2g.20gb: 1, 3g.40gb: 1}}.",
+    config_map: ConfigMapRef = Field(
+        default_factory=ConfigMapRef,
+        description="MIG Manager's mig-parted ConfigMap: the one your ClusterPolicy's migManager.config.name names "
+        "(key config.yaml). gpuwise reads what each node's config makes of its GPUs there, and adds a config per "
+        "node it repartitions (gpuwise-<node>-<digest>), keeping every other config.",
     )
-
-    @field_validator("configs")
-    @classmethod
-    def _profiles(cls, value: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-        known = {p.name for model in GPU_MODELS.values() for p in model.profiles}
-        for name, counts in value.items():
-            for profile, count in counts.items():
-                if profile not in known:
-                    raise ValueError(f"config {name!r}: {profile!r} is not a MIG profile of any known GPU model")
-                if count < 1:
-                    raise ValueError(f"config {name!r}: {profile} needs a count of at least 1, got {count}")
-        return value
 
 
 class TimeSlicingSettings(ApiModel):

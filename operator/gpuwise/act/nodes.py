@@ -20,7 +20,7 @@ Then a node-side action changes a label that an NVIDIA component acts on and fol
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -308,6 +308,9 @@ class LabelChange:
     timeout: str  # a Duration: how long WAITING may last
     failed_reason: str  # CamelCase, for FAILED
     timeout_reason: str  # CamelCase, for a WAITING that outlasts `timeout`
+    ready: Callable[[], Awaitable[str | None]] | None = None
+    """What must exist before the labels name it (MIG Manager's config), made so once the node is
+    idle: None when it is, or why not yet (tried again the next cycle). It may raise ActionFailed."""
 
 
 def _since(details: Mapping[str, str], key: str, now: datetime) -> float:
@@ -328,8 +331,8 @@ async def apply_on_idle_node(
     evict_namespaces: Collection[str] = (),
 ) -> Progress:
     """One step of: cordon, evict the GPU pods (for at most `drain_timeout`; for TrainingJob `job`,
-    "namespace/name", see :func:`evict_gpu_pods`), set the labels, wait for the component's answer,
-    uncordon. Call it once per cycle with the details it returned so far (the action record's);
+    "namespace/name", see :func:`evict_gpu_pods`), make the change `ready`, set the labels, wait for
+    the component's answer, uncordon. Call it once per cycle with the details it returned so far (the action record's);
     every step runs once, so a restarted operator resumes it. `evicted` in the details names the
     pods it evicted.
 
@@ -352,6 +355,9 @@ async def apply_on_idle_node(
             if _since(progress, "drainStartedAt", now) > parse_duration(drain_timeout):
                 raise ActionFailed("EvictionBlocked", f"{drain.explain()} (gave up after {drain_timeout})")
             return Progress(False, f"idling the GPUs: {drain.explain()}", progress)
+        waiting = await change.ready() if change.ready is not None else None
+        if waiting is not None:
+            return Progress(False, f"node {node}: {waiting}", progress)
         await kube.patch("v1", "Node", "", node, {"metadata": {"labels": change.labels}})
         progress["labelledAt"] = now.isoformat()
         return Progress(False, f"node {node}: asked for {change.describe}", progress)
