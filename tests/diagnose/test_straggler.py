@@ -242,7 +242,10 @@ def as_ratios(
     return ratios
 
 
-@pytest.mark.filterwarnings("error")  # numpy's overflow warnings too: Python's floats overflow quietly
+# numpy's overflow warnings (RuntimeWarning): Python's floats overflow quietly. Only those: under a
+# plain "error", a socket another test left unclosed and the garbage collector happened to free
+# during this one (pytest's PytestUnraisableExceptionWarning) failed it, now and then, in a full run.
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @settings(max_examples=400, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_skipping_ahead_finds_the_very_episodes_of_one_step_a_sample(seed: int) -> None:
