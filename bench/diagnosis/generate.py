@@ -179,10 +179,12 @@ def _sampled(value: Any, rng: random.Random, samples: int) -> Any:
     return value
 
 
-def slows(worker_of: int, workers: int, slow: Series, usual: Series | None = None) -> dict[int, Series]:
-    """Per-worker step seconds where `worker_of` follows `slow` and the others the usual 0.42 s."""
+def slows(worker_of: int | set[int], workers: int, slow: Series, usual: Series | None = None) -> dict[int, Series]:
+    """Per-worker step seconds where `worker_of` (one worker or several) follows `slow` and the others
+    the usual 0.42 s."""
     usual = usual or around(0.42, 0.01, 0.01, 100)
-    return {w: slow if w == worker_of else usual for w in range(workers)}
+    slowed = worker_of if isinstance(worker_of, set) else {worker_of}
+    return {w: slow if w in slowed else usual for w in range(workers)}
 
 
 # --- gpuwise run's scenarios: a whole JSON report -------------------------------------------------
@@ -680,6 +682,45 @@ def recipes() -> list[Recipe]:
                 "clock_slowdowns": {
                     w: after(0.7, constant(0), constant(THERMAL)) if w == 1 else constant(0) for w in range(4)
                 },
+            },
+        ),
+        Recipe(
+            "op-straggler-group",
+            op,
+            "Workers 2, 5 and 7 of 10 slow together from 0.42 s to 0.49 s a step (1.17x, under the 1.25x one "
+            "worker alone must reach) for the last 40% of the window: a straggler group, the job at its pace.",
+            (K.STRAGGLER,),
+            options={
+                "workers": 10,
+                "worker_step_seconds": slows(
+                    {2, 5, 7}, 10, after(0.6, around(0.42, 0.01, 0.01, 100), around(0.49, 0.012, 0.01, 100))
+                ),
+            },
+        ),
+        Recipe(
+            "op-straggler-group-mild",
+            op,
+            "Workers 1, 4 and 8 of 10 slow together by 6% for the last 40% of the window: under the 10% a group "
+            "must reach, nothing.",
+            (),
+            options={
+                "workers": 10,
+                "worker_step_seconds": slows(
+                    {1, 4, 8}, 10, after(0.6, around(0.42, 0.01, 0.01, 100), around(0.445, 0.01, 0.01, 100))
+                ),
+            },
+        ),
+        Recipe(
+            "op-straggler-group-majority",
+            op,
+            "6 of 10 workers slow together by 17% for the last 40% of the window (a shared switch): most of the "
+            "job is slower, no minority holds it back.",
+            (),
+            options={
+                "workers": 10,
+                "worker_step_seconds": slows(
+                    {0, 1, 3, 4, 6, 9}, 10, after(0.6, around(0.42, 0.01, 0.01, 100), around(0.49, 0.012, 0.01, 100))
+                ),
             },
         ),
         Recipe(

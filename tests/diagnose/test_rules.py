@@ -409,10 +409,72 @@ def test_a_straggler_slow_for_longer_than_the_window_keeps_its_finding_until_it_
     assert list(run(window(worker_step_seconds={k: v[140:200] for k, v in history.items()}))) == ["SlowWorker"]
 
 
+def group_slowed(
+    samples: int, slow_from: int, slow_until: int | None = None, slowdown: float = 1.18
+) -> dict[int, list[tuple[float, float]]]:
+    """`steps(10)` with workers 2, 5 and 7 `slowdown` times slower from `slow_from` (until `slow_until`)."""
+    history = steps(10, samples=samples)
+    for w in (2, 5, 7):
+        history[w] = [
+            (t, s * (slowdown if slow_from <= i < (slow_until or samples) else 1.0))
+            for i, (t, s) in enumerate(history[w])
+        ]
+    return history
+
+
+def test_a_minority_group_slowed_together_is_a_straggler_that_names_the_group() -> None:
+    finding, recommendation = run(window(worker_step_seconds=group_slowed(60, 30)))["Straggler"]
+    assert finding.worker in {2, 5, 7} and finding.evidence["group"] == "2,5,7"
+    assert "Workers 2, 5 and 7 slowed together" in finding.message
+    assert recommendation is not None and recommendation.action.value == "Reschedule"
+    assert "Straggler" not in run(window(worker_step_seconds=group_slowed(60, 30, 33))), "three samples: noise"
+
+
+def test_a_group_slow_for_longer_than_the_window_keeps_its_finding_until_it_recovers() -> None:
+    """As one straggler does, by the exit rule of a group's episodes."""
+    total, slow_from, slow_until = 260, 40, 200
+    history = group_slowed(total, slow_from, slow_until)
+    previous: dict[str, Finding] = {}
+    kinds_at: dict[int, list[tuple[str, str | None]]] = {}
+    for end in range(60, total + 1, 4):
+        w = window(worker_step_seconds={k: v[end - 60 : end] for k, v in history.items()})
+        previous = {finding.kind: finding for finding, _ in diagnose(context(w, previous=previous))}
+        kinds_at[end] = sorted((kind, f.evidence.get("group")) for kind, f in previous.items())
+    assert all(kinds_at[end] == [("Straggler", "2,5,7")] for end in kinds_at if slow_from + 10 <= end <= slow_until)
+    assert any(end - 60 > slow_from for end in kinds_at if end <= slow_until), "the window lost the baseline"
+    assert all(kinds_at[end] == [] for end in kinds_at if end >= slow_until + 3), "cleared once it recovered"
+
+
+def test_a_held_group_member_is_still_slow_by_the_group_exit_rule() -> None:
+    """A window all inside a 1.1x slowdown: under the 1.125x a worker alone is still slow from, over
+    the 1.025x a group's member is."""
+    w = window(worker_step_seconds=group_slowed(60, 0, slowdown=1.1))
+    held = {"worker": 2, "peakSlowdown": 1.15, "baselineRatio": "1.0000", "slowSinceUnixSeconds": 1000}
+    as_group, alone = (
+        {
+            finding.kind: finding
+            for finding, _ in diagnose(context(w, previous={"Straggler": straggler_finding(evidence)}))
+        }
+        for evidence in ({**held, "group": "2,5,7"}, held)
+    )
+    assert as_group["Straggler"].evidence["group"] == "2,5,7" and "Workers 2, 5 and 7" in as_group["Straggler"].message
+    assert "Straggler" not in alone
+
+
+def straggler_finding(evidence: dict[str, object]) -> Finding:
+    return Finding(
+        kind="Straggler",
+        confidence=0.6,
+        since=NOW,
+        message="",
+        worker=2,
+        evidence={key: str(value) for key, value in evidence.items()},
+    )
+
+
 def test_workers_in_step_are_skipped_only_where_nothing_could_be_found() -> None:
     """The shortcut for jobs whose step times are all alike gives up no finding (random jobs near its edge)."""
     rng = random.Random(4)
-    limit = min(math.sqrt(STRAGGLERS.min_slowdown), DiagnosisThresholds().persistent_slowdown)
     skipped = 0
     for _ in range(300):
         spread = rng.uniform(1.0, 1.3)
@@ -426,6 +488,8 @@ def test_workers_in_step_are_skipped_only_where_nothing_could_be_found() -> None
                     value = spread
                 points.append((1000.0 + 15 * i, value))
             series[w] = points
+        # From five workers a group of two slowed by less than one worker alone must be is a straggler.
+        limit = min(math.sqrt(STRAGGLERS.least_slowdown(len(series))), DiagnosisThresholds().persistent_slowdown)
         alike = steps_alike(series, limit)
         assert steps_alike(series, limit, step_extremes(series)) is alike, "extremes taken as read: the same answer"
         if alike:

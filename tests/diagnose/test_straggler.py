@@ -172,7 +172,7 @@ def plain_and_fast(ratios: dict[int, list[tuple[float, float]]], policy: Straggl
             episodes = _episodes_in(ratios, policy, skip_ahead=skip_ahead)
         except ZeroDivisionError as error:  # a zero baseline or sigma: both ways alike
             return f"raises {error}"
-        return repr([(e.worker, e.start, e.end, e.peak_slowdown, e.baseline) for e in episodes])
+        return repr([(e.worker, e.start, e.end, e.peak_slowdown, e.baseline, e.group) for e in episodes])
 
     return outcome(False), outcome(True)
 
@@ -242,24 +242,32 @@ def as_ratios(
     return ratios
 
 
-@pytest.mark.filterwarnings("error")  # numpy's overflow warnings too: Python's floats overflow quietly
+# numpy's overflow warnings (RuntimeWarning): Python's floats overflow quietly. Only those: under a
+# plain "error", a socket another test left unclosed and the garbage collector happened to free
+# during this one (pytest's PytestUnraisableExceptionWarning) failed it, now and then, in a full run.
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @settings(max_examples=400, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_skipping_ahead_finds_the_very_episodes_of_one_step_a_sample(seed: int) -> None:
     rng = random.Random(seed)
     policy = random_policy(rng)
     length = series_length(rng, policy) if rng.random() < 0.5 else None  # all workers alike, or each its own
-    workers = rng.randint(1, 5)
+    workers = rng.randint(1, 7)  # five or more have room for a straggler group
     series = [adversarial_series(rng, policy, length or series_length(rng, policy)) for _ in range(workers)]
     plain, fast = plain_and_fast(as_ratios(rng, series), policy)
     assert fast == plain
 
 
-def bench_shaped(rng: random.Random, workers: int = 4, samples: int = 61) -> list[list[float]]:
-    """Ratios ~1.0 ± 2 %, the last worker 1.8 times slower over the last third."""
+def bench_shaped(
+    rng: random.Random, workers: int = 4, samples: int = 61, slowdown: float = 1.8, slowed: int = 1
+) -> list[list[float]]:
+    """Ratios ~1.0 ± 2 %, the last `slowed` workers `slowdown` times slower over the last third."""
     slow_from = samples * 2 // 3
     return [
-        [(1 + 0.02 * rng.uniform(-1, 1)) * (1.8 if w == workers - 1 and k >= slow_from else 1) for k in range(samples)]
+        [
+            (1 + 0.02 * rng.uniform(-1, 1)) * (slowdown if w >= workers - slowed and k >= slow_from else 1)
+            for k in range(samples)
+        ]
         for w in range(workers)
     ]
 
@@ -280,6 +288,7 @@ def test_skipping_ahead_on_named_cases() -> None:
         # Python's min() and max() skip a NaN unless it comes first; numpy's do not.
         "a NaN, then slow": [[1.0] * 5 + [math.nan] + [1.0] * 30 + [2.0] * 10 + [1.0] * 10, [1.0] * 56, [1.1] * 56],
         "a NaN first": [[math.nan] + [1.0] * 35 + [2.0] * 10, [1.0] * 46, [1.0] * 46],
+        "a group": bench_shaped(rng, workers=8, slowdown=1.18, slowed=3),
     }
     for name, workers in cases.items():
         for sigma, aligned in itertools.product((0.02, 0.0), (True, False)):  # no noise floor: a zero sigma raises
@@ -287,6 +296,7 @@ def test_skipping_ahead_on_named_cases() -> None:
             plain, fast = plain_and_fast(as_ratios(rng, workers, aligned), p)
             assert fast == plain, name
     assert plain_and_fast(as_ratios(rng, cases["bench"]), policy)[1] != "[]"
+    assert "(5, 6, 7)" in plain_and_fast(as_ratios(rng, cases["a group"]), policy)[1]
     # Negative ratios, with a policy that makes sense of them: no smallest ratio bounds a median. (No
     # sample behind its peers has a negative ratio, so there is no episode, on either path.)
     odd = StragglerPolicy(min_relative_sigma=-0.02, min_z=-100)
@@ -388,3 +398,69 @@ def test_workers_of_different_pace_from_the_start_are_not_stragglers_for_hours(s
 def test_a_spike_of_a_sample_or_two_is_noise_not_an_episode(seed: int, length: int) -> None:
     base = synthetic_job(random.Random(seed))
     assert detect_stragglers(inject(base, 1, 1200.0, 1200.0 + 10.0 * (length - 1), 3.0)) == []
+
+
+def group_job(rng: random.Random, workers: int, slowed: int, slowdown: float) -> tuple[Samples, set[int]]:
+    """`workers` workers of slightly different pace (± 5 %) with 2 % noise and a job-wide drift;
+    `slowed` of them, drawn at random, `slowdown` times slower from sample 100 to 149."""
+    offsets = [rng.uniform(0.95, 1.05) for _ in range(workers)]
+    hit = set(rng.sample(range(workers), slowed))
+    samples: Samples = []
+    for step in range(200):
+        drift = 1 + 0.2 * math.sin(step / 30)
+        for worker in range(workers):
+            factor = slowdown if worker in hit and 100 <= step < 150 else 1.0
+            value = 100.0 * drift * offsets[worker] * factor * math.exp(rng.gauss(0, 0.02))
+            samples.append((10.0 * step, worker, value))
+    return samples, hit
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_minority_group_slowed_together_is_one_straggler_group(seed: int) -> None:
+    """2 to 4 of 8 to 10 workers (fewer than half) slow 15-20 % together: each is under the 1.25 a
+    worker alone must reach, and the job still runs at their pace. Each member is reported with
+    the group, over about the time they were slow (from sample 100 to 149)."""
+    rng = random.Random(seed)
+    workers = rng.randint(8, 10)
+    samples, hit = group_job(rng, workers, rng.randint(2, min(4, (workers - 1) // 2)), rng.uniform(1.15, 1.2))
+    episodes = detect_stragglers(samples)
+    assert sorted(e.worker for e in episodes) == sorted(hit)
+    assert all(e.group == tuple(sorted(hit)) for e in episodes)
+    assert all(1000 <= e.start <= 1080 and 1470 <= e.end <= 1510 for e in episodes), episodes
+    assert all(1.1 <= e.peak_slowdown < 1.25 for e in episodes), "slower than a group must be, not than one alone"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_half_or_more_of_the_workers_slowed_together_are_no_group(seed: int) -> None:
+    rng = random.Random(seed)
+    samples, _ = group_job(rng, 10, rng.randint(5, 9), rng.uniform(1.15, 1.2))
+    assert detect_stragglers(samples) == []
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_group_slowed_5_to_8_percent_is_not_reported(seed: int) -> None:
+    rng = random.Random(seed)
+    workers = rng.randint(8, 10)
+    samples, _ = group_job(rng, workers, rng.randint(2, min(4, (workers - 1) // 2)), rng.uniform(1.05, 1.08))
+    assert detect_stragglers(samples) == []
+
+
+def test_a_group_is_found_from_its_threshold_and_only_in_jobs_with_room_for_one() -> None:
+    """3 of 10 workers slowed 15 %: a group at the default 10 %, none at 20 %; 2 of 4 are half the job."""
+    samples, hit = group_job(random.Random(1), 10, 3, 1.15)
+    assert {e.worker for e in detect_stragglers(samples)} == hit
+    assert detect_stragglers(samples, StragglerPolicy(min_group_slowdown=1.2)) == []
+    samples, hit = group_job(random.Random(1), 4, 2, 1.2)
+    assert detect_stragglers(samples) == []
+
+
+def test_a_straggler_alone_in_a_group_keeps_its_own_window() -> None:
+    """Worker 2 is 2x slower from sample 100 to 149, workers 5 and 7 are 1.15x with it: worker 2's
+    episode is its own, named with the group; the others are the group's."""
+    rng = random.Random(3)
+    samples, _ = group_job(rng, 10, 0, 1.0)
+    samples = inject(inject(inject(samples, 2, 1000, 1490, 2.0), 5, 1000, 1490, 1.15), 7, 1000, 1490, 1.15)
+    episodes = detect_stragglers(samples)
+    assert [(e.worker, e.group) for e in episodes] == [(2, (2, 5, 7)), (5, (2, 5, 7)), (7, (2, 5, 7))]
+    alone = detect_stragglers(inject(group_job(random.Random(3), 10, 0, 1.0)[0], 2, 1000, 1490, 2.0))
+    assert [(e.worker, e.start, e.end, e.group) for e in alone] == [(2, episodes[0].start, episodes[0].end, ())]

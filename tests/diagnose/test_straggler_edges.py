@@ -11,6 +11,7 @@ from gpuwise.diagnose.straggler import (
     Episode,
     StragglerPolicy,
     detect_stragglers,
+    has_groups,
     peer_ratios,
     persistent_slow_workers,
     recovered,
@@ -23,6 +24,7 @@ from gpuwise.diagnose.straggler import (
     ("settings", "message"),
     [
         ({"min_slowdown": 1.0}, "min_slowdown must exceed 1 (got 1.0)"),
+        ({"min_group_slowdown": 1.0}, "min_group_slowdown must exceed 1 (got 1.0)"),
         ({"enter_count": 5}, "enter_count must be between 1 and enter_window"),
         ({"warmup_samples": 1}, "need warmup_samples ≥ 2 and baseline_samples ≥ warmup_samples"),
         ({"baseline_samples": 5}, "need warmup_samples ≥ 2 and baseline_samples ≥ warmup_samples"),
@@ -65,6 +67,17 @@ def test_the_policy_given_is_the_one_used() -> None:
 def test_an_episode_reads_as_a_dict_with_its_peak_rounded() -> None:
     episode = Episode(worker=3, start=400.0, end=590.0, peak_slowdown=2.01234, baseline=1.1)
     assert episode.as_dict() == {"worker": 3, "start": 400.0, "end": 590.0, "peak_slowdown": 2.012}
+    grouped = Episode(worker=3, start=400.0, end=590.0, peak_slowdown=1.2, group=(3, 5))
+    assert grouped.as_dict() == {"worker": 3, "start": 400.0, "end": 590.0, "peak_slowdown": 1.2, "group": [3, 5]}
+
+
+def test_a_group_needs_two_workers_and_fewer_than_half_of_the_job() -> None:
+    assert [has_groups(n) for n in range(3, 7)] == [False, False, True, True]
+    policy = StragglerPolicy()
+    assert (policy.least_slowdown(4), policy.least_slowdown(5)) == (1.25, 1.1)
+    assert StragglerPolicy(min_group_slowdown=1.3).least_slowdown(5) == 1.25, "whichever is smaller"
+    member = policy.group_member
+    assert member.min_slowdown == pytest.approx(1.05) and member.min_z == pytest.approx(4 / 2**0.5)
 
 
 def test_recovery_needs_the_last_exit_after_ratios_all_under_the_limit() -> None:

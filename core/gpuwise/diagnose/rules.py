@@ -453,22 +453,27 @@ def no_mixed_precision(ctx: RuleContext) -> Diagnosis | None:
 
 
 def straggler(ctx: RuleContext) -> Diagnosis | None:
-    """One worker's steps slowed against its own past and its peers, and still slow now.
+    """One worker's steps slowed against its own past and its peers, or a minority group's together,
+    and still slow now.
 
     Synchronous training waits for the slowest worker every step, so the whole job runs at its
     pace; replacing its pod away from its node usually restores it (a noisy neighbour, a
-    throttled or failing GPU, a slow NIC). Steady per-worker differences are not stragglers.
+    throttled or failing GPU, a slow NIC). Workers that slowed together by a smaller factor
+    (`StragglerPolicy.min_group_slowdown`) hold the job back as much: the finding names the worst
+    of them (its node is the one to leave first) and the group in its evidence. Steady
+    per-worker differences are not stragglers.
 
     A straggler slow for longer than the window leaves the detector nothing to compare with: the
     window then shows a worker that has always been slow. So an active Straggler stays until that
     worker recovers against the baseline it had before it slowed, carried in the finding's
-    evidence (`baselineRatio`) from cycle to cycle, not until the window forgets it.
+    evidence (`baselineRatio`) from cycle to cycle, not until the window forgets it; a group's
+    worker by the exit rule its episodes have (`StragglerPolicy.group_member`).
     """
     series = ctx.window.worker_step_seconds
     if len(series) < 3 or ctx.window.job_age_seconds < ctx.sustain.grace_seconds:
         return None
     held = ctx.previous.get(FindingKind.STRAGGLER) if FindingKind.STRAGGLER in ctx.active else None
-    spread = min(math.sqrt(STRAGGLERS.min_slowdown), _slow_worker_limit(ctx))
+    spread = min(math.sqrt(STRAGGLERS.least_slowdown(len(series))), _slow_worker_limit(ctx))
     if held is None and steps_alike(series, spread, ctx.window.worker_step_extremes):
         return None
     ratios = job_peer_ratios(series)
@@ -479,12 +484,14 @@ def straggler(ctx: RuleContext) -> Diagnosis | None:
     ongoing = [e for e in episodes_in(ratios, STRAGGLERS) if e.end >= latest - recent]
     if ongoing:
         worst = max(ongoing, key=lambda e: e.peak_slowdown)
-        return _straggler(ctx, worst.worker, worst.peak_slowdown, worst.baseline, worst.start)
+        return _straggler(ctx, worst.worker, worst.peak_slowdown, worst.baseline, worst.start, group=worst.group)
     if held is not None and held.worker in ratios:
         worker, baseline = held.worker, _number(held.evidence.get("baselineRatio"), 1.0)
-        if still_slow(ratios[worker], baseline, STRAGGLERS):
+        group = _workers(held.evidence.get("group"))
+        if still_slow(ratios[worker], baseline, STRAGGLERS.group_member if group else STRAGGLERS):
             peak = max(_number(held.evidence.get("peakSlowdown"), 1.0), ratios[worker][-1][1] / baseline)
-            return _straggler(ctx, worker, peak, baseline, _number(held.evidence.get("slowSinceUnixSeconds"), 0))
+            since = _number(held.evidence.get("slowSinceUnixSeconds"), 0)
+            return _straggler(ctx, worker, peak, baseline, since, group=group)
     return slow_worker(ctx, ratios)
 
 
@@ -516,13 +523,34 @@ def _number(text: str | None, default: float) -> float:
         return default
 
 
-def _straggler(ctx: RuleContext, worker: int, peak: float, baseline: float, start: float) -> Diagnosis:
+def _workers(text: str | None) -> tuple[int, ...]:
+    """A group's workers from a finding's evidence ("2,5,7"); () for none or anything else."""
+    try:
+        return tuple(int(worker) for worker in text.split(",")) if text else ()
+    except ValueError:
+        return ()
+
+
+def _straggler(
+    ctx: RuleContext, worker: int, peak: float, baseline: float, start: float, *, group: tuple[int, ...] = ()
+) -> Diagnosis:
+    if group:
+        names = ", ".join(map(str, group[:-1])) + f" and {group[-1]}"
+        message = (
+            f"Workers {names} slowed together against the rest of the job, worker {worker} {peak:.2f}x "
+            "against its own baseline; every step of the job waits for them."
+        )
+    else:
+        message = (
+            f"Worker {worker} runs {peak:.1f}x slower than its own baseline against its peers; "
+            "every step of the job waits for it."
+        )
     finding = ctx.finding(
         FindingKind.STRAGGLER,
         min(0.95, 0.5 + (peak - 1) / 2),
-        f"Worker {worker} runs {peak:.1f}x slower than its own baseline against its peers; "
-        "every step of the job waits for it.",
+        message,
         worker=worker,
+        group=",".join(map(str, group)) if group else None,
         peakSlowdown=peak,
         baselineRatio=f"{baseline:.4f}",
         slowSinceUnixSeconds=int(start) if start else None,

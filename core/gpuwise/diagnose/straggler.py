@@ -22,6 +22,19 @@ only that:
    last clearly slow sample: noise near the lower threshold never stretches it. Samples inside an
    episode never update the baseline, so a long episode cannot teach the detector that slow is
    normal.
+5. **A group slowed together.** Fewer than half of the workers, and at least two, slowed
+   together by a smaller factor, `min_group_slowdown` (1.1 against 1.25 alone): the job waits
+   for them as it would for one. Several workers rising at once against their own pasts and the
+   others' median is stronger evidence than one worker doing so, and what a group shares (a
+   node, a switch, a rack) is a cause worth acting on; 10 % is the excess from which a worker
+   steadily slower than its peers is worth a note (`DiagnosisThresholds.persistent_slowdown`).
+   The members' episodes are found as a single worker's are, with that slowdown and the z-score
+   two agreeing members add up to (`min_z` / √2 each, Stouffer's sum); an episode counts only if
+   its median sample is `min_group_slowdown` slow, not just its entry (noise around a 7 % slowdown
+   now and then crosses 10 % three samples in four). At least two such episodes overlapping in
+   time, of fewer than half of the job's workers, are a group; half or more are the job itself
+   slowing (step 1 already sees most of those as no one's). Each member is reported with the
+   group (`Episode.group`): a member that is a straggler alone too keeps that episode's window.
 
 The defaults come from those principles, not from any one trace; `bench/stragglers.py` runs them
 on Alibaba PAI traces the detector was not fitted to.
@@ -30,6 +43,7 @@ on Alibaba PAI traces the detector was not fitted to.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import math
@@ -45,6 +59,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 K = TypeVar("K")
+MIN_GROUP = 2  # the fewest workers that make a straggler group
 MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma from its median absolute deviation
 # Samples that `_WorkerState.skip_ahead` judges one by one before it takes the rolling medians.
 _CHEAP_CANDIDATES = 3
@@ -61,10 +76,14 @@ class StragglerPolicy:
     enter_window: int = 4
     enter_count: int = 3
     exit_after: int = 3
+    # A minority of workers (two or more, fewer than half) slowed together: see the module's point 5.
+    min_group_slowdown: float = 1.1
 
     def __post_init__(self) -> None:
         if self.min_slowdown <= 1:
             raise ValueError(f"min_slowdown must exceed 1 (got {self.min_slowdown})")
+        if self.min_group_slowdown <= 1:
+            raise ValueError(f"min_group_slowdown must exceed 1 (got {self.min_group_slowdown})")
         if not 1 <= self.enter_count <= self.enter_window:
             raise ValueError("enter_count must be between 1 and enter_window")
         if self.warmup_samples < 2 or self.baseline_samples < self.warmup_samples:
@@ -73,6 +92,27 @@ class StragglerPolicy:
     @property
     def stay_slowdown(self) -> float:
         return 1 + (self.min_slowdown - 1) / 2
+
+    @property
+    def group_member(self) -> StragglerPolicy:
+        """The policy a group's members' episodes are found with, before each is measured against
+        the rest of the job (`_slowdown_against`): they open at half `min_group_slowdown`'s excess,
+        as an episode holds at half its entry's, and with the z-score two members add up to
+        `min_z` with (Stouffer's z of k members is their sum over √k)."""
+        return dataclasses.replace(
+            self, min_slowdown=1 + (self.min_group_slowdown - 1) / 2, min_z=self.min_z / math.sqrt(MIN_GROUP)
+        )
+
+    def least_slowdown(self, workers: int) -> float:
+        """The smallest slowdown that makes an episode among `workers` workers: one worker's against
+        its baseline, or a group's against the rest of the job where there is room for a group
+        (`has_groups`). Step times that never spread by its square root make neither."""
+        return min(self.min_slowdown, self.min_group_slowdown) if has_groups(workers) else self.min_slowdown
+
+
+def has_groups(workers: int) -> bool:
+    """Whether `workers` workers can hold a straggler group: at least `MIN_GROUP` workers, fewer than half."""
+    return workers > 2 * MIN_GROUP
 
 
 @dataclass(frozen=True)
@@ -84,14 +124,19 @@ class Episode:
     # The worker's baseline (its usual step time ÷ its peers' median) when the episode opened: what
     # "recovered" means once the window no longer reaches back before the episode.
     baseline: float = field(default=1.0, compare=False)
+    # The workers that slowed together, this one among them (module docstring, point 5); () alone.
+    group: tuple[int, ...] = ()
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {
+    def as_dict(self) -> dict[str, float | int | list[int]]:
+        shown: dict[str, float | int | list[int]] = {
             "worker": self.worker,
             "start": self.start,
             "end": self.end,
             "peak_slowdown": round(self.peak_slowdown, 3),
         }
+        if self.group:
+            shown["group"] = list(self.group)
+        return shown
 
 
 def median(values: Iterable[float]) -> float:
@@ -356,10 +401,18 @@ def episodes_in(ratios: PeerRatios, policy: StragglerPolicy | None = None) -> li
 def _episodes_in(ratios: PeerRatios, policy: StragglerPolicy, *, skip_ahead: bool) -> list[Episode]:
     """`episodes_in`; with `skip_ahead`, the stretches outside episodes go through
     `_WorkerState.skip_ahead` rather than one `step()` a sample: the same episodes, faster."""
+    episodes = _worker_episodes(_followed(ratios, policy, skip_ahead), policy)
+    if has_groups(len(ratios)):
+        episodes = _with_groups(episodes, ratios, policy, skip_ahead)
+    return sorted(episodes, key=lambda e: (e.start, e.worker))
+
+
+def _worker_episodes(followed: list[_Followed], policy: StragglerPolicy) -> list[Episode]:
+    """Each followed worker's episodes under `policy`, worker by worker."""
     episodes: list[Episode] = []
-    for worker, series, ahead, lowest in _followed(ratios, policy, skip_ahead):
+    for worker, series, ahead, lowest in followed:
         values = step_values(series)
-        times = series.times if isinstance(series, Points) else [time for time, _ in series]
+        times = _times(series)
         state, closed = _WorkerState(policy), []
         step, i, count = state.step, 0, len(values)
         while i < count:
@@ -374,7 +427,145 @@ def _episodes_in(ratios: PeerRatios, policy: StragglerPolicy, *, skip_ahead: boo
         if (episode := state.close()) is not None:
             closed.append(episode)
         episodes += [Episode(worker, *episode) for episode in closed]
-    return sorted(episodes, key=lambda e: (e.start, e.worker))
+    return episodes
+
+
+def _times(series: Sequence[tuple[float, float]]) -> Sequence[float]:
+    return series.times if isinstance(series, Points) else [time for time, _ in series]
+
+
+def _with_groups(alone: list[Episode], ratios: PeerRatios, policy: StragglerPolicy, skip_ahead: bool) -> list[Episode]:
+    """`alone` (one worker's episodes), with the straggler groups among `ratios`' workers (module
+    docstring, point 5): a member that has an episode alone overlapping its group's keeps that
+    one, named with the group; the others are reported with their group episode, while at least
+    one other member's is open too (they were slow together then; alone, near the noise a member
+    opens at, it was not).
+
+    The members' episodes are found by the same means as one worker's, so skipping ahead finds
+    the same groups; a job with fewer than two workers whose ratios spread by the members'
+    slowdown has none, and costs no more than the reductions `_followed` takes.
+    """
+    member = policy.group_member
+    followed = _may_open(_followed(ratios, member, skip_ahead), member)
+    if len(followed) < MIN_GROUP:
+        return alone
+    episodes = list(alone)
+    for run in _overlapping(_worker_episodes(followed, member)):
+        group = _group(run, ratios, policy)
+        for slow in (e for e in run if e.worker in group):
+            held = [
+                k
+                for k, e in enumerate(episodes)
+                if e.worker == slow.worker and e.start <= slow.end and slow.start <= e.end
+            ]
+            for k in held:
+                if not episodes[k].group:
+                    episodes[k] = dataclasses.replace(episodes[k], group=group)
+            others = [e for e in run if e.worker in group and e.worker != slow.worker]
+            start, end = max(slow.start, min(e.start for e in others)), min(slow.end, max(e.end for e in others))
+            if not held and start <= end:
+                episodes.append(dataclasses.replace(slow, start=start, end=end, group=group))
+    return episodes
+
+
+def _may_open(followed: list[_Followed], policy: StragglerPolicy) -> list[_Followed]:
+    """The followed workers whose ratios could open an episode: `enter_count` of some
+    `enter_window` samples in a row at least `stay_slowdown` (behind the peers) and `min_slowdown`
+    times the worker's smallest ratio (no baseline is below it). Taken for a group's members, who
+    open at a slowdown that a noisy worker's ratios spread by, but seldom so many in a row. A
+    worker whose smallest ratio is not positive (or NaN) has no such bound: it stays. Workers with
+    their ratios as arrays of one length (`_followed`'s from one matrix) are taken in one go."""
+    window, count = policy.enter_window, policy.enter_count
+    floors = [max(policy.stay_slowdown, policy.min_slowdown * lowest) for _, _, _, lowest in followed]
+    rows = [ahead for _, _, ahead, _ in followed if ahead is not None]
+    opens: list[bool]
+    if followed and len(rows) == len(followed) and len({len(row) for row in rows}) == 1:
+        import numpy as np  # there: `_followed` made the rows with it
+
+        runs = np.cumsum(np.vstack(rows) >= np.array(floors)[:, None], axis=1, dtype=np.intp)  # how many so far
+        within = runs[:, window - 1 :].copy()  # how many in each `window` samples in a row
+        within[:, 1:] -= runs[:, :-window]
+        opens = np.any(within >= count, axis=1).tolist()
+    else:
+        opens = []
+        for (_, series, _, _), floor in zip(followed, floors, strict=True):
+            marks = [value >= floor for value in step_values(series)]
+            opens.append(any(sum(marks[k : k + window]) >= count for k in range(len(marks) - window + 1)))
+    return [worker for worker, may in zip(followed, opens, strict=True) if may or not worker[3] > 0]
+
+
+def _group(run: list[Episode], ratios: PeerRatios, policy: StragglerPolicy) -> tuple[int, ...]:
+    """The straggler group among a run of overlapping member episodes (`_with_groups`); () if none.
+
+    Each worker is measured over the run's span against the median of the workers outside the
+    run (`_slowdown_against`): those are the rest of the job if the run is a group, and keep their
+    pace against one another, whatever the group does to the median of all. The workers of the run
+    slowed by `min_group_slowdown` are the group (slow for most of the run: together, not one long
+    episode and another's brief brush with the noise); with every worker slowed by as much as a
+    member opens at, they must be fewer than half of the job's. When most of the job slowed, the
+    workers outside the run are slowed and unslowed ones mixed, and many move against their median.
+    A worker slowed with the group that opened no episode (a member faster than the rest before,
+    and barely behind the median of all after) is taken out of the rest for a second measure, but
+    not named: it has no episode to report.
+    """
+    workers = {e.worker for e in run}
+    if len(workers) < MIN_GROUP:
+        return ()
+    span, opening = (min(e.start for e in run), max(e.end for e in run)), policy.group_member.min_slowdown
+    slowdowns: dict[int, float] = {}
+    for _ in range(2):  # once more without the workers that slowed with the run but opened no episode
+        rest = _rest_medians(ratios, workers | {w for w, slowdown in slowdowns.items() if slowdown >= opening})
+        slowdowns = {worker: _slowdown_against(series, rest, *span) for worker, series in ratios.items()}
+    group = tuple(sorted(w for w in workers if slowdowns[w] >= policy.min_group_slowdown))
+    slowed = sum(slowdown >= opening for slowdown in slowdowns.values())
+    return group if len(group) >= MIN_GROUP and slowed < len(ratios) / 2 else ()
+
+
+def _rest_medians(ratios: PeerRatios, excluded: set[int]) -> dict[float, float]:
+    """At each time, the median ratio of the workers not `excluded`: a worker's ratio over it is its
+    step time over the median step time of those others (the job's median cancels)."""
+    columns: dict[float, list[float]] = {}
+    for worker, series in ratios.items():
+        if worker not in excluded:
+            for time, ratio in series:
+                if (column := columns.get(time)) is None:
+                    columns[time] = column = []
+                column.append(ratio)
+    return {time: median(column) for time, column in columns.items()}
+
+
+def _slowdown_against(
+    series: Sequence[tuple[float, float]], rest: Mapping[float, float], start: float, end: float
+) -> float:
+    """How much slower against `rest` (`_rest_medians`) a worker ran from `start` to `end` than it
+    does otherwise: the median of its ratios to the rest inside over the median of those outside,
+    before and after alike. Not against the baseline a member's episode opened with: the median of
+    all workers moves as a group leaves the middle of their order, and a baseline learnt while most
+    of the job was slowed (the worker ran ahead) is not its usual pace. 0 where there is nothing
+    to compare."""
+    inside: list[float] = []
+    outside: list[float] = []
+    for time, ratio in series:
+        middle = rest.get(time, math.nan)
+        if middle > 0:
+            (inside if start <= time <= end else outside).append(ratio / middle)
+    usual = median(outside) if outside else math.nan
+    return median(inside) / usual if inside and usual > 0 else 0.0
+
+
+def _overlapping(episodes: Iterable[Episode]) -> list[list[Episode]]:
+    """Episodes in runs whose time spans overlap, one after the other: in time order, each episode
+    joins the run before it if it starts before that run's last end."""
+    runs: list[list[Episode]] = []
+    end = -math.inf
+    for episode in sorted(episodes, key=lambda e: (e.start, e.worker)):
+        if runs and episode.start <= end:
+            runs[-1].append(episode)
+            end = max(end, episode.end)
+        else:
+            runs.append([episode])
+            end = episode.end
+    return runs
 
 
 # A worker, its ratios, and those as a numpy array and their smallest, for `_WorkerState.skip_ahead`.
