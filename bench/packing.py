@@ -2,6 +2,10 @@
 
     .venv/bin/python -m bench.packing [--trace default] [--seeds 1] [--policies all]
                                       [--baseline bestfit] [--repack]
+    .venv/bin/python -m bench.packing --leave-one-out [--jobs 2] [--cache FILE]
+
+The second form scores gpuwise's policy on traces its parameters were not chosen on
+(`bench/packing_holdout.py`).
 
 Each seed replays the whole trace (8,152 pods resampled to 130 % of the 6,212 GPUs, about
 10,800 placements) in this process, one after another, so the figures are per seed on this
@@ -20,6 +24,7 @@ import platform
 import sys
 from pathlib import Path
 
+from bench.packing_holdout import leave_one_out
 from gpuwise.decide.packing.registry import POLICIES
 from gpuwise.simulate.cluster_trace import load_nodes, load_pods
 from gpuwise.simulate.experiment import run_policy
@@ -38,7 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default="bestfit", choices=list(POLICIES))
     parser.add_argument("--repack", action="store_true", help="also time gpuwise with repacking (2 migrations)")
     parser.add_argument("--data", type=Path, default=OPENB)
+    parser.add_argument(
+        "--leave-one-out", action="store_true", help="score gpuwise on traces its parameters were not chosen on"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="processes for --leave-one-out")
+    parser.add_argument("--cache", type=Path, help="--leave-one-out keeps each seed's figures here and resumes")
     args = parser.parse_args(argv)
+    if args.leave_one_out:
+        return leave_one_out(args.data, args.cache, args.jobs)
 
     nodes = load_nodes(args.data / "openb_node_list_gpu_node.csv")
     pods = load_pods(args.data / f"openb_pod_list_{args.trace}.csv", nodes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -180,3 +181,32 @@ def test_fill_fragmentation_sees_leftovers_the_next_pod_measure_does_not() -> No
     fgd, fill = NextPodFragmentation(only_810), FillFragmentation(only_810)
     assert fgd.amount(fgd.summarize(free), cpu, model).tolist() == [0.0, 0.0]
     assert fill.amount(fill.summarize(free), cpu, model).tolist() == [190.0, 3000.0 - 810.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads(), node_states(), st.sampled_from([0.0, 0.3, 0.5, 0.7, 1.0]))
+def test_the_two_horizons_weigh_as_asked(
+    workload: TargetWorkload, states: tuple[np.ndarray, np.ndarray, np.ndarray], weight: float
+) -> None:
+    free, cpu, model = states
+    measure = TwoHorizonFragmentation(workload, weight)
+    got = measure.amount(measure.summarize(free), cpu, model)
+    want = [
+        weight * next_pod_waste(workload, list(free[i]), int(cpu[i]), int(model[i]))
+        + (1 - weight) * fill_waste(workload, list(free[i]), int(cpu[i]), int(model[i]))
+        for i in range(len(cpu))
+    ]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_a_horizon_weight_outside_zero_to_one_is_refused() -> None:
+    workload = TargetWorkload(
+        cpu_milli=np.array([1000]),
+        num_gpu=np.array([1]),
+        gpu_milli=np.array([500]),
+        allowed=np.ones((1, 2), dtype=np.bool_),
+        weight=np.ones(1),
+    )
+    for weight in (-0.1, 1.1):
+        with pytest.raises(ValueError, match="next_pod_weight must be in"):
+            TwoHorizonFragmentation(workload, weight)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpuwise.decide.packing.cluster import Nodes, Pods
+from gpuwise.decide.packing.registry import PolicyChoice, policy_label
 from gpuwise.simulate.arrivals import DEFAULT_RATIO, arrival_order
 from gpuwise.simulate.replay import replay
 
@@ -93,7 +94,7 @@ def paired_wins(result: PolicyResult, other: PolicyResult, field: str) -> tuple[
     return sum(mine > their for mine, their in shared), sum(mine < their for mine, their in shared), len(shared)
 
 
-def run_seed(nodes: Nodes, pods: Pods, policy: str, seed: int, *, max_migrations: int = 0) -> SeedResult:
+def run_seed(nodes: Nodes, pods: Pods, policy: PolicyChoice, seed: int, *, max_migrations: int = 0) -> SeedResult:
     rng = np.random.default_rng(seed)
     order = arrival_order(pods, nodes.gpu_capacity_milli, rng)
     run = replay(nodes, pods, order, policy, rng, max_migrations=max_migrations)
@@ -109,7 +110,7 @@ def run_seed(nodes: Nodes, pods: Pods, policy: str, seed: int, *, max_migrations
 
 
 def run_policy(
-    nodes: Nodes, pods: Pods, policy: str, seeds: Sequence[int], *, max_migrations: int = 0, jobs: int = 1
+    nodes: Nodes, pods: Pods, policy: PolicyChoice, seeds: Sequence[int], *, max_migrations: int = 0, jobs: int = 1
 ) -> PolicyResult:
     """Every seed of ``policy``, in ``jobs`` processes."""
     if jobs <= 1 or len(seeds) <= 1:
@@ -120,4 +121,4 @@ def run_policy(
                 pool.submit(run_seed, nodes, pods, policy, seed, max_migrations=max_migrations) for seed in seeds
             ]
             results = [future.result() for future in futures]
-    return PolicyResult(policy, max_migrations, tuple(results))
+    return PolicyResult(policy_label(policy), max_migrations, tuple(results))

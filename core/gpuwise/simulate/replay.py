@@ -18,7 +18,7 @@ import numpy as np
 from gpuwise.decide.packing.cluster import FloatArray, IntArray, Nodes, Pods
 from gpuwise.decide.packing.fragmentation import FragmentationIndex, NextPodFragmentation, TargetWorkload
 from gpuwise.decide.packing.policies import PlacementContext
-from gpuwise.decide.packing.registry import make_policy
+from gpuwise.decide.packing.registry import PolicyChoice, make_policy
 from gpuwise.decide.packing.repack import Repacker
 from gpuwise.decide.packing.state import ClusterState
 
@@ -72,7 +72,7 @@ def replay(
     nodes: Nodes,
     pods: Pods,
     order: IntArray,
-    policy_name: str,
+    policy_name: PolicyChoice,
     rng: np.random.Generator,
     *,
     workload: TargetWorkload | None = None,

@@ -133,6 +133,23 @@ class Pods:
         """GPU milli each pod asks for in all (``num_gpu * gpu_milli``)."""
         return self.num_gpu * self.gpu_milli
 
+    def take(self, rows: IntArray) -> Pods:
+        """The pods at ``rows``, in that order; a pod taken twice gets a second, distinct name."""
+        seen: dict[int, int] = {}
+        names = []
+        for row in rows.tolist():
+            copy = seen[row] = seen.get(row, -1) + 1
+            names.append(self.names[row] if not copy else f"{self.names[row]}~{copy}")
+        return Pods(
+            names=tuple(names),
+            cpu_milli=self.cpu_milli[rows],
+            memory_mib=self.memory_mib[rows],
+            num_gpu=self.num_gpu[rows],
+            gpu_milli=self.gpu_milli[rows],
+            spec=self.spec[rows],
+            allowed=self.allowed,
+        )
+
     def request(self, index: int) -> PodRequest:
         return PodRequest(
             cpu_milli=int(self.cpu_milli[index]),

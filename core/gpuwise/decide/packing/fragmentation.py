@@ -186,18 +186,22 @@ class FillFragmentation(FragmentationMeasure):
 
 
 class TwoHorizonFragmentation(FragmentationMeasure):
-    """The mean of :class:`NextPodFragmentation` and :class:`FillFragmentation`.
+    """A weighted mean of :class:`NextPodFragmentation` (``next_pod_weight``) and
+    :class:`FillFragmentation` (the rest).
 
-    Measured on the Alibaba trace, any weight between 0.3 and 0.7 on the next-pod measure places
-    equally well and better than either measure alone; the even mean needs no tuning story."""
+    The even mean is the default: it needs no tuning story. How other weights fare on traces they
+    were not chosen on is what ``python -m bench.packing --leave-one-out`` measures."""
 
-    def __init__(self, workload: TargetWorkload) -> None:
+    def __init__(self, workload: TargetWorkload, next_pod_weight: float = 0.5) -> None:
+        if not 0.0 <= next_pod_weight <= 1.0:
+            raise ValueError(f"next_pod_weight must be in [0, 1], got {next_pod_weight}")
         super().__init__(workload)
+        self.next_pod_weight = next_pod_weight
         self._horizons = (NextPodFragmentation(workload), FillFragmentation(workload))
 
     def amount(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> FloatArray:
         next_pod, fill = (measure.amount(summary, cpu_free, model) for measure in self._horizons)
-        result: FloatArray = 0.5 * (next_pod + fill)
+        result: FloatArray = self.next_pod_weight * next_pod + (1.0 - self.next_pod_weight) * fill
         return result
 
 

@@ -25,6 +25,8 @@ resolutions of 25-50 milli all beat FGD on all three workloads.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpuwise.decide.packing.cluster import Placement, PodRequest
@@ -35,13 +37,35 @@ from gpuwise.decide.packing.state import ClusterState
 
 RESOLUTION_MILLI = 40.0
 """Fragmentation growths closer than this are treated as equal."""
+NEXT_POD_WEIGHT = 0.5
+"""The next-pod horizon's weight against the fill horizon's."""
+
+
+@dataclass(frozen=True)
+class GpuwiseParameters:
+    """The policy's two parameters. The defaults are the ones every figure in the README uses."""
+
+    next_pod_weight: float = NEXT_POD_WEIGHT
+    resolution_milli: float = RESOLUTION_MILLI
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.next_pod_weight <= 1.0:
+            raise ValueError(f"next_pod_weight must be in [0, 1], got {self.next_pod_weight}")
+        if not self.resolution_milli > 0:
+            raise ValueError(f"resolution_milli must be positive, got {self.resolution_milli}")
+
+    @property
+    def label(self) -> str:
+        return f"gpuwise(w={self.next_pod_weight:g},r={self.resolution_milli:g})"
 
 
 class GpuwisePolicy:
     name = "gpuwise"
 
-    def __init__(self, context: PlacementContext) -> None:
-        self.fragmentation = FragmentationIndex(TwoHorizonFragmentation(context.workload), context.state)
+    def __init__(self, context: PlacementContext, parameters: GpuwiseParameters | None = None) -> None:
+        self.parameters = parameters or GpuwiseParameters()
+        measure = TwoHorizonFragmentation(context.workload, self.parameters.next_pod_weight)
+        self.fragmentation = FragmentationIndex(measure, context.state)
         self.node_rank = context.node_rank
 
     def __call__(self, state: ClusterState, request: PodRequest, rng: np.random.Generator) -> Placement | None:
@@ -49,5 +73,5 @@ class GpuwisePolicy:
         if not len(cands):
             return None
         growth = self.fragmentation.increase(cands)
-        chosen = best_candidate(cands, -np.round(growth / RESOLUTION_MILLI), self.node_rank)
+        chosen = best_candidate(cands, -np.round(growth / self.parameters.resolution_milli), self.node_rank)
         return placement(state, request, int(cands.node[chosen]), int(cands.gpu[chosen]))

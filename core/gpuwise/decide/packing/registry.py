@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuwise.decide.packing.gpuwise_policy import GpuwisePolicy
+from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters, GpuwisePolicy
 from gpuwise.decide.packing.policies import (
     BestFitPolicy,
     FragmentationGradientPolicy,
@@ -25,8 +25,18 @@ class UnknownPolicyError(ValueError):
     pass
 
 
-def make_policy(name: str, context: PlacementContext) -> Policy:
-    """The policy called ``name``, built for ``context``."""
+PolicyChoice = str | GpuwiseParameters
+"""A policy by name, or gpuwise's policy with other parameters than its defaults."""
+
+
+def policy_label(choice: PolicyChoice) -> str:
+    return choice.label if isinstance(choice, GpuwiseParameters) else choice
+
+
+def make_policy(name: PolicyChoice, context: PlacementContext) -> Policy:
+    """The policy called ``name`` (or gpuwise's with the given parameters), built for ``context``."""
+    if isinstance(name, GpuwiseParameters):
+        return GpuwisePolicy(context, name)
     try:
         factory = POLICIES[name]
     except KeyError:

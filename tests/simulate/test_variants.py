@@ -1,0 +1,75 @@
+"""Trace variants: another workload mix drawn from one trace's pods, as the ATC'23 family is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpuwise.decide.packing.cluster import MILLI, Pods
+from gpuwise.simulate.variants import VariantError, gpu_share, parse, variant
+
+
+def mixed_pods(count: int = 4000, seed: int = 7) -> Pods:
+    """CPU-only, GPU-sharing, whole-GPU and multi-GPU pods, in random proportions."""
+    rng = np.random.default_rng(seed)
+    kinds = rng.choice(4, count, p=[0.1, 0.45, 0.4, 0.05])
+    num_gpu = np.select([kinds == 0, kinds == 3], [0, rng.choice([2, 4, 8], count)], 1)
+    gpu_milli = np.select([kinds == 0, kinds == 1], [0, rng.integers(1, 100, count) * 10], MILLI)
+    return Pods.build(
+        names=[f"pod-{i}" for i in range(count)],
+        cpu_milli=(rng.integers(1, 32, count) * 1000).tolist(),
+        memory_mib=[1024] * count,
+        num_gpu=num_gpu.tolist(),
+        gpu_milli=gpu_milli.tolist(),
+        gpu_models=[[] for _ in range(count)],
+        models=["T4", "V100"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "share"), [("gpushare", 0.2), ("gpushare", 0.6), ("multigpu", 0.1), ("multigpu", 0.7)]
+)
+def test_the_kind_asks_for_the_share_of_the_gpu_asked_for(kind: str, share: float) -> None:
+    pods = mixed_pods()
+    drawn = variant(pods, kind, share)
+    assert gpu_share(drawn, kind) == pytest.approx(share, abs=0.03)
+    assert abs(gpu_share(pods, kind) - share) > 0.05, "the case must move the share"
+
+
+def test_cpu_only_pods_stay_and_the_gpu_pods_keep_their_number() -> None:
+    pods = mixed_pods()
+    drawn = variant(pods, "gpushare", 0.5)
+    cpu_only = [name for name, gpus in zip(pods.names, pods.num_gpu.tolist(), strict=True) if not gpus]
+    assert [name for name, gpus in zip(drawn.names, drawn.num_gpu.tolist(), strict=True) if not gpus] == cpu_only
+    assert (drawn.num_gpu > 0).sum() == (pods.num_gpu > 0).sum()
+    assert len(set(drawn.names)) == len(drawn), "a pod drawn twice gets a name of its own"
+
+
+def test_a_seed_fixes_the_draw() -> None:
+    pods = mixed_pods()
+    first, again, other = (
+        variant(pods, "multigpu", 0.4, 1),
+        variant(pods, "multigpu", 0.4, 1),
+        variant(pods, "multigpu", 0.4, 2),
+    )
+    assert first.names == again.names
+    assert first.names != other.names
+
+
+def test_names_follow_the_trace_family() -> None:
+    assert parse("gpushare40") == ("gpushare", 0.4)
+    assert parse("multigpu50") == ("multigpu", 0.5)
+    for wrong in ("gpushare", "gpushare100", "gpushare0", "cpu050", "multigpu2x"):
+        with pytest.raises(VariantError, match="no trace variant"):
+            parse(wrong)
+
+
+def test_impossible_variants_say_why() -> None:
+    pods = mixed_pods()
+    with pytest.raises(VariantError, match="strictly between 0 and 1"):
+        variant(pods, "gpushare", 1.0)
+    with pytest.raises(VariantError, match="unknown pod kind"):
+        variant(pods, "gpuspec", 0.2)
+    whole_only = pods.take(np.flatnonzero(pods.gpu_milli == MILLI))
+    with pytest.raises(VariantError, match="needs GPU pods of kind 'gpushare' and others"):
+        variant(whole_only, "gpushare", 0.3)
