@@ -182,7 +182,7 @@ class Outcome:
         return sum(1 for name, v in self.statuses.items() if v in verdicts and name not in exclude)
 
 
-def run(module: Module, budget: float, per_test_timeout: int) -> Outcome:
+def run(module: Module, budget: float, per_test_timeout: int, jobs: int = 1) -> Outcome:
     here = stage(module, per_test_timeout)
     env = dict(os.environ, PYTHONPATH=str(here / "mutants" / "src"), PYTHONDONTWRITEBYTECODE="1")
     started = time.monotonic()
@@ -190,7 +190,7 @@ def run(module: Module, budget: float, per_test_timeout: int) -> Outcome:
     with (here / "run.log").open("w") as log:
         try:
             subprocess.run(
-                [str(MUTMUT), "run", "--max-children", "1"],
+                [str(MUTMUT), "run", "--max-children", str(jobs)],
                 cwd=here,
                 env=env,
                 stdout=log,
@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("modules", nargs="*", help="module names (default: all): " + ", ".join(m.name for m in MODULES))
     parser.add_argument("--budget", type=float, default=900, help="wall-clock seconds per module (default 900)")
     parser.add_argument("--test-timeout", type=int, default=60, help="pytest-timeout per test, seconds")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants tested at once (default 1)")
     parser.add_argument("--show-survivors", action="store_true", help="print the diff of every mutant not killed")
     args = parser.parse_args(argv)
     by_name = {m.name: m for m in MODULES}
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     outcomes = []
     for module in selected:
         print(f"mutating {module.path} against {' '.join(module.tests)} ...", flush=True)
-        outcomes.append(run(module, args.budget, args.test_timeout))
+        outcomes.append(run(module, args.budget, args.test_timeout, args.jobs))
     print()
     report(outcomes, equivalent, args.show_survivors)
 
