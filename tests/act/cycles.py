@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -41,12 +42,24 @@ SETTINGS = ActionSettings(min_runtime="10m", verify_window="5m", apply_timeout="
 HOURS = itertools.count()
 
 
-# What the sidecars export: the acknowledgements a test has put here so far, by worker and request.
+# What the sidecars export: the acknowledgements a test has put here so far, by worker and request,
+# and samples counters by pod: (samples per second, the unix time the counter started at 0).
 ACKS: dict[str, str] = {}
+SAMPLES: dict[str, tuple[float, float]] = {}
 
 
 def exposition() -> bytes:
-    return ("# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n" + "".join(ACKS.values())).encode()
+    now = time.time()
+    counters = "".join(
+        f'gpuwise_samples_total{{namespace="default",trainingjob="bert",pod="{pod}"}} {rate * (now - since)}\n'
+        for pod, (rate, since) in list(SAMPLES.items())
+    )
+    return (
+        "# TYPE gpuwise_checkpoint_ack_timestamp_seconds gauge\n"
+        + "".join(ACKS.values())
+        + "# TYPE gpuwise_samples_total counter\n"
+        + counters
+    ).encode()
 
 
 @pytest.fixture(scope="module", name="prometheus")
@@ -88,6 +101,7 @@ class Job:
         self.start = START + timedelta(hours=next(HOURS))
         self.clock = Clock(self.start)
         self._kube, self._source = kube, Source(prometheus.url)
+        self.meter_window = 300.0  # seconds of throughput a measurement spans
         self.runner = self.new_runner(settings)
         cluster.create(trainingjob("bert", **spec))  # spec: sections to update, as scenario.trainingjob takes them
         started = (self.start - timedelta(hours=1)).isoformat()
@@ -112,7 +126,7 @@ class Job:
             self._kube,
             settings,
             Acks(self._source, cycle_seconds=0),  # every cycle reads again: the test's cycles are instants
-            Meter(self._source, window_seconds=300, cycle_seconds=0),
+            Meter(self._source, window_seconds=self.meter_window, cycle_seconds=0),
             kinds=AVAILABLE,
             clock=self.clock,
         )
@@ -153,4 +167,5 @@ class Job:
 @pytest.fixture(name="job")
 def job_fixture(cluster: Cluster, kube: Kube, prometheus: Prometheus, events: asyncio.Queue[posting.K8sEvent]) -> Job:
     ACKS.clear()
+    SAMPLES.clear()
     return Job(cluster, kube, prometheus, SETTINGS)

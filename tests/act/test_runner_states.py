@@ -11,6 +11,7 @@ controller and the reconciler.
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,13 +20,22 @@ from kopf._core.engines import posting
 
 from gpuwise import wiring
 from gpuwise.act.guardrails import counted
-from gpuwise.act.machine import Plan, is_final, new_record, request_id, transition
+from gpuwise.act.machine import WORSE, Plan, is_final, new_record, request_id, transition
+from gpuwise.act.measure import throughput_query
 from gpuwise.act.runner import speedup
 from gpuwise.api.kinds import ActionKind
 from gpuwise.api.trainingjob import ActionRecord, ActionState, Measurement, Recommendation
 from gpuwise.kube import job_overrides
 from tests.act.conftest import drained
-from tests.act.cycles import SETTINGS, START, Job, acknowledge, job_fixture, prometheus_fixture  # noqa: F401
+from tests.act.cycles import (  # noqa: F401
+    SAMPLES,
+    SETTINGS,
+    START,
+    Job,
+    acknowledge,
+    job_fixture,
+    prometheus_fixture,
+)
 from tests.act.scenario import TJ_API
 from tests.integration.conftest import Cluster
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
@@ -265,6 +275,97 @@ async def test_a_restarted_job_that_does_not_run_within_the_timeout_is_rolled_ba
     assert record is not None and record.state is ActionState.VERIFYING, "at the limit: still waiting for it"
     record = await job.cycle(after=1)
     assert record is not None and record.reverting and record.reason == "NotRunning"
+    said = [t.message for t in record.history if t.reason == "NotRunning"]
+    assert said and said[0].startswith("The restarted job did not run within 30m"), record.history
+
+
+async def test_the_apply_timeout_counts_from_entering_verification_not_from_the_last_update(job: Job) -> None:
+    entered = in_flight(ActionState.VERIFYING, at=job.start)
+    job.store(entered.model_copy(update={"updated_at": job.start + timedelta(seconds=600)}))
+    job.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"phase": "Pending"}}, status=True)
+    record = await job.cycle(after=APPLY_TIMEOUT + 1)
+    assert record is not None and record.reverting and record.reason == "NotRunning"
+
+
+async def test_a_restarted_job_back_in_its_queue_is_not_timed_out(job: Job) -> None:
+    job.store(in_flight(ActionState.VERIFYING, at=job.start))
+    job.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"phase": "Queued"}}, status=True)
+    record = await job.cycle(after=APPLY_TIMEOUT + 600)
+    assert record is not None and record.state is ActionState.VERIFYING and not record.reverting, "Kueue decides"
+
+
+METER_WINDOW = 3.0  # seconds: a measurement that follows a change of throughput within seconds
+
+
+def throughput(prometheus: Prometheus, rate: float, pod: str) -> None:
+    """From now on the job's sidecar (as pod `pod`, the only one) counts `rate` samples a second;
+    wait until a measurement over `METER_WINDOW` sees exactly that."""
+    SAMPLES.clear()
+    SAMPLES[pod] = (rate, time.time())
+    query = throughput_query(f"{METER_WINDOW:g}s")
+
+    def seen() -> bool:
+        result = prometheus.query(query)
+        return len(result) == 1 and abs(float(result[0]["value"][1]) - rate) < 0.01 * rate
+
+    eventually(seen, timeout=30.0, what=f"{rate} samples/s measured")
+
+
+async def restarted(job: Job, prometheus: Prometheus) -> ActionRecord:
+    """MORE_WORKERS planned, acknowledged by worker 0, applied and running again: Verifying."""
+    record = await job.cycle(MORE_WORKERS)
+    assert record is not None
+    acknowledge(prometheus, worker=0, rid=request_id(record), at=job.clock().timestamp() + 1)
+    await job.cycle(after=5)  # Applying
+    await job.cycle(after=1)  # the old Job goes
+    eventually(lambda: job.cluster.get("batch/v1", "Job", "bert") is None, what="the old Job deleted")
+    job.render()
+    record = await job.cycle(after=1)
+    assert record is not None and record.state is ActionState.VERIFYING
+    return record
+
+
+@pytest.fixture(name="metered")
+def metered_fixture(job: Job) -> Job:
+    job.meter_window = METER_WINDOW
+    job.runner = job.new_runner(SETTINGS)
+    return job
+
+
+async def test_a_verified_change_keeps_its_measured_speedup_beside_the_expected_one(
+    metered: Job, prometheus: Prometheus
+) -> None:
+    throughput(prometheus, 100.0, "bert-0")
+    verifying = await restarted(metered, prometheus)
+    assert verifying.baseline is not None and verifying.baseline.samples_per_second == pytest.approx(100, rel=0.03)
+    throughput(prometheus, 150.0, "bert-0-restarted")
+    record = await metered.cycle(after=SETTINGS_WINDOW)
+    assert record is not None and record.state is ActionState.DONE and record.reason == "Improved"
+    assert record.baseline == verifying.baseline, "the baseline is the one taken before the change"
+    assert record.result is not None and record.result.samples_per_second == pytest.approx(150, rel=0.03)
+    assert record.measured_speedup == pytest.approx(1.5, rel=0.05)
+    assert (record.expected_speedup, record.expected_effect) == (2.5, MORE_WORKERS.expected_effect)
+    before, after = verifying.baseline.samples_per_second, record.result.samples_per_second
+    assert record.message == f"samples/s: {before:.3g} before, {after:.3g} after"
+    assert not record.reverting and "failure" not in record.details
+
+
+async def test_a_change_that_made_the_job_slower_is_reverted_through_a_new_checkpoint(
+    metered: Job, prometheus: Prometheus
+) -> None:
+    throughput(prometheus, 100.0, "bert-0")
+    first = await restarted(metered, prometheus)
+    throughput(prometheus, 50.0, "bert-0-restarted")
+    record = await metered.cycle(after=SETTINGS_WINDOW)
+    assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT
+    assert record.reverting and record.reason == WORSE and record.details["failure"] == WORSE
+    assert record.result is not None and record.result.samples_per_second == pytest.approx(50, rel=0.03)
+    assert record.measured_speedup == pytest.approx(0.5, rel=0.05)
+    assert first.baseline is not None
+    before, after = first.baseline.samples_per_second, record.result.samples_per_second
+    assert record.message.startswith(f"samples/s fell from {before:.3g} to {after:.3g}: reverting to the previous")
+    rid = request_id(record)
+    assert rid != request_id(first) and metered.request() == rid, "worker 0 is asked again, for the way back"
 
 
 def test_the_measured_speedup_needs_both_sides_measured() -> None:
