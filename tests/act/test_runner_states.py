@@ -11,6 +11,7 @@ controller and the reconciler.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -294,21 +295,24 @@ async def test_a_restarted_job_back_in_its_queue_is_not_timed_out(job: Job) -> N
     assert record is not None and record.state is ActionState.VERIFYING and not record.reverting, "Kueue decides"
 
 
-METER_WINDOW = 3.0  # seconds: a measurement that follows a change of throughput within seconds
+METER_WINDOW = 5.0  # seconds: a measurement that follows a change of throughput within seconds
+PODS = itertools.count()
 
 
-def throughput(prometheus: Prometheus, rate: float, pod: str) -> None:
-    """From now on the job's sidecar (as pod `pod`, the only one) counts `rate` samples a second;
-    wait until a measurement over `METER_WINDOW` sees exactly that."""
+def throughput(prometheus: Prometheus, rate: float) -> None:
+    """From now on the job's only sidecar, a pod never seen before, counts `rate` samples a second;
+    wait until two measurements over `METER_WINDOW`, a scrape apart, see exactly that."""
     SAMPLES.clear()
-    SAMPLES[pod] = (rate, time.time())
+    SAMPLES[f"bert-0-{next(PODS)}"] = (rate, time.time())
     query = throughput_query(f"{METER_WINDOW:g}s")
+    steady: list[bool] = []
 
     def seen() -> bool:
         result = prometheus.query(query)
-        return len(result) == 1 and abs(float(result[0]["value"][1]) - rate) < 0.01 * rate
+        steady.append(len(result) == 1 and abs(float(result[0]["value"][1]) - rate) < 0.01 * rate)
+        return steady[-2:] == [True, True]
 
-    eventually(seen, timeout=30.0, what=f"{rate} samples/s measured")
+    eventually(seen, timeout=40.0, interval=1.0, what=f"{rate} samples/s measured")
 
 
 async def restarted(job: Job, prometheus: Prometheus) -> ActionRecord:
@@ -335,10 +339,10 @@ def metered_fixture(job: Job) -> Job:
 async def test_a_verified_change_keeps_its_measured_speedup_beside_the_expected_one(
     metered: Job, prometheus: Prometheus
 ) -> None:
-    throughput(prometheus, 100.0, "bert-0")
+    throughput(prometheus, 100.0)
     verifying = await restarted(metered, prometheus)
     assert verifying.baseline is not None and verifying.baseline.samples_per_second == pytest.approx(100, rel=0.03)
-    throughput(prometheus, 150.0, "bert-0-restarted")
+    throughput(prometheus, 150.0)
     record = await metered.cycle(after=SETTINGS_WINDOW)
     assert record is not None and record.state is ActionState.DONE and record.reason == "Improved"
     assert record.baseline == verifying.baseline, "the baseline is the one taken before the change"
@@ -353,9 +357,9 @@ async def test_a_verified_change_keeps_its_measured_speedup_beside_the_expected_
 async def test_a_change_that_made_the_job_slower_is_reverted_through_a_new_checkpoint(
     metered: Job, prometheus: Prometheus
 ) -> None:
-    throughput(prometheus, 100.0, "bert-0")
+    throughput(prometheus, 100.0)
     first = await restarted(metered, prometheus)
-    throughput(prometheus, 50.0, "bert-0-restarted")
+    throughput(prometheus, 50.0)
     record = await metered.cycle(after=SETTINGS_WINDOW)
     assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT
     assert record.reverting and record.reason == WORSE and record.details["failure"] == WORSE
