@@ -68,13 +68,12 @@ TRAIN = textwrap.dedent(
 )
 
 
-def train(
-    tmp: Path, side: SidecarProcess, *, steps: int, batch: int, accumulate: int, workers: int
-) -> dict[str, float]:
+def run_script(tmp: Path, side: SidecarProcess, source: str, *args: object) -> str:
+    """Run `source` as a training script, instrumented for `side`; its standard output."""
     script = tmp / "train.py"
-    script.write_text(TRAIN)
+    script.write_text(source)
     result = subprocess.run(
-        [sys.executable, str(script), str(steps), str(batch), str(accumulate), str(workers)],
+        [sys.executable, str(script), *map(str, args)],
         env=side.trainer_env(),
         cwd=tmp,
         capture_output=True,
@@ -83,7 +82,13 @@ def train(
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    books: dict[str, float] = json.loads(result.stdout)
+    return result.stdout
+
+
+def train(
+    tmp: Path, side: SidecarProcess, *, steps: int, batch: int, accumulate: int, workers: int
+) -> dict[str, float]:
+    books: dict[str, float] = json.loads(run_script(tmp, side, TRAIN, steps, batch, accumulate, workers))
     return books
 
 
@@ -177,13 +182,7 @@ WHOLE_LOOP_AUTOCAST = textwrap.dedent(
 
 def test_autocast_around_the_whole_loop_stays_reported(short_tmp: Path) -> None:
     with sidecar(short_tmp, "--backend", "simulated") as side:
-        script = short_tmp / "train.py"
-        script.write_text(WHOLE_LOOP_AUTOCAST)
-        command = [sys.executable, str(script)]
-        result = subprocess.run(
-            command, env=side.trainer_env(), cwd=short_tmp, capture_output=True, text=True, timeout=120, check=False
-        )
-        assert result.returncode == 0, result.stderr
+        run_script(short_tmp, side, WHOLE_LOOP_AUTOCAST)
         series = settled(side, 20)
     assert value(series, "gpuwise_step_events_received_total") >= 10, "many reports, each after the first"
     assert value(series, "gpuwise_autocast_enabled") == 1
@@ -217,19 +216,7 @@ SET_UP_THEN_TENSOR_LOOP = textwrap.dedent(
 
 def test_set_up_before_the_first_step_is_not_step_time(short_tmp: Path) -> None:
     with sidecar(short_tmp, "--backend", "simulated") as side:
-        script = short_tmp / "train.py"
-        script.write_text(SET_UP_THEN_TENSOR_LOOP)
-        result = subprocess.run(
-            [sys.executable, str(script)],
-            env=side.trainer_env(),
-            cwd=short_tmp,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr
-        books = json.loads(result.stdout)
+        books = json.loads(run_script(short_tmp, side, SET_UP_THEN_TENSOR_LOOP))
         series = settled(side, 10)
     stepped = value(series, "gpuwise_step_duration_seconds_sum")
     assert books["loop_seconds"] * 0.9 <= stepped <= books["loop_seconds"] + 0.01, (stepped, books)

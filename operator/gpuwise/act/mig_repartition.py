@@ -63,7 +63,6 @@ LABEL_PARTITIONING: Final = "gpuwise.io/gpu-partitioning"
 PARTITIONING_MIG: Final = "mig"
 LABEL_MIG_CONFIG: Final = "nvidia.com/mig.config"
 LABEL_MIG_STATE: Final = "nvidia.com/mig.config.state"
-LABEL_GPU_PRODUCT: Final = GPU_PRODUCT_LABEL
 LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
 SETTLED: Final = "success"
 IN_FLIGHT: Final = frozenset({"pending", "rebooting"})
@@ -245,7 +244,7 @@ def choose(
             reasons[name] = f"{in_flight}: a MIG change gpuwise did not make is not settled"
             continue
         try:
-            model = gpu_model(labels.get(LABEL_GPU_PRODUCT, ""))
+            model = gpu_model(labels.get(GPU_PRODUCT_LABEL, ""))
             model.profile(profile)
         except (UnknownGpuModelError, UnknownProfileError) as exc:
             reasons[name] = str(exc)

@@ -39,6 +39,7 @@ from gpuwise.decide.packing.fragmentation import TargetWorkload
 from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
+from gpuwise.hardware.gpu_specs import GPU_PRODUCT_LABEL
 from gpuwise.kube.client import Kube
 from gpuwise.kube.resources import GPU_RESOURCE, cpu_cores, gpu_resources
 
@@ -127,7 +128,7 @@ def cluster_view(
         else:
             usable.append(node)
     allocatable = [(n.get("status") or {}).get("allocatable") or {} for n in usable]
-    models = [(n["metadata"].get("labels") or {}).get(mig_repartition.LABEL_GPU_PRODUCT, "unknown") for n in usable]
+    models = [(n["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL, "unknown") for n in usable]
     topology = Nodes.build(
         names=[n["metadata"]["name"] for n in usable],
         cpu_milli=[round(1000 * (cpu_cores(a.get("cpu")) or 0.0)) for a in allocatable],

@@ -185,6 +185,16 @@ class FillFragmentation(FragmentationMeasure):
         return result
 
 
+EVEN_WEIGHT = 0.5
+"""The next-pod horizon's default weight against the fill horizon's."""
+
+
+def checked_weight(next_pod_weight: float) -> float:
+    if not 0.0 <= next_pod_weight <= 1.0:
+        raise ValueError(f"next_pod_weight must be in [0, 1], got {next_pod_weight}")
+    return next_pod_weight
+
+
 class TwoHorizonFragmentation(FragmentationMeasure):
     """A weighted mean of :class:`NextPodFragmentation` (``next_pod_weight``) and
     :class:`FillFragmentation` (the rest).
@@ -192,11 +202,9 @@ class TwoHorizonFragmentation(FragmentationMeasure):
     The even mean is the default: it needs no tuning story. How other weights fare on traces they
     were not chosen on is what ``python -m bench.packing --leave-one-out`` measures."""
 
-    def __init__(self, workload: TargetWorkload, next_pod_weight: float = 0.5) -> None:
-        if not 0.0 <= next_pod_weight <= 1.0:
-            raise ValueError(f"next_pod_weight must be in [0, 1], got {next_pod_weight}")
+    def __init__(self, workload: TargetWorkload, next_pod_weight: float = EVEN_WEIGHT) -> None:
         super().__init__(workload)
-        self.next_pod_weight = next_pod_weight
+        self.next_pod_weight = checked_weight(next_pod_weight)
         self._horizons = (NextPodFragmentation(workload), FillFragmentation(workload))
 
     def amount(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> FloatArray:

@@ -31,26 +31,28 @@ import numpy as np
 
 from gpuwise.decide.packing.cluster import Placement, PodRequest
 from gpuwise.decide.packing.fit import candidates, placement
-from gpuwise.decide.packing.fragmentation import FragmentationIndex, TwoHorizonFragmentation
+from gpuwise.decide.packing.fragmentation import (
+    EVEN_WEIGHT,
+    FragmentationIndex,
+    TwoHorizonFragmentation,
+    checked_weight,
+)
 from gpuwise.decide.packing.policies import PlacementContext, best_candidate
 from gpuwise.decide.packing.state import ClusterState
 
 RESOLUTION_MILLI = 40.0
 """Fragmentation growths closer than this are treated as equal."""
-NEXT_POD_WEIGHT = 0.5
-"""The next-pod horizon's weight against the fill horizon's."""
 
 
 @dataclass(frozen=True)
 class GpuwiseParameters:
     """The policy's two parameters. The defaults are the ones every figure in the README uses."""
 
-    next_pod_weight: float = NEXT_POD_WEIGHT
+    next_pod_weight: float = EVEN_WEIGHT
     resolution_milli: float = RESOLUTION_MILLI
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.next_pod_weight <= 1.0:
-            raise ValueError(f"next_pod_weight must be in [0, 1], got {self.next_pod_weight}")
+        checked_weight(self.next_pod_weight)
         if not self.resolution_milli > 0:
             raise ValueError(f"resolution_milli must be positive, got {self.resolution_milli}")
 
