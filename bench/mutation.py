@@ -20,11 +20,13 @@ mutmut mutates function bodies only, and none with a decorator other than `@stat
     python -m bench.mutation                 # every module, smallest first
     python -m bench.mutation wire guardrails # some of them
     python -m bench.mutation --budget 300 --show-survivors wire
+    python -m bench.mutation --only _fleet --only _refused runner  # some functions only
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,15 +185,22 @@ class Outcome:
         return sum(1 for name, v in self.statuses.items() if v in verdicts and name not in exclude)
 
 
-def run(module: Module, budget: float, per_test_timeout: int, jobs: int = 1) -> Outcome:
+def function_patterns(module: Module, functions: Sequence[str]) -> list[str]:
+    """mutmut's name patterns for the mutants of `functions` (module-level or methods) in `module`."""
+    return [f"{module.dotted}.{pattern}" for f in functions for pattern in (f"x_{f}__mutmut_*", f"xǁ*ǁ{f}__mutmut_*")]
+
+
+def run(module: Module, budget: float, per_test_timeout: int, jobs: int = 1, only: Sequence[str] = ()) -> Outcome:
+    """Every mutant of `module`, or those of the functions named in `only` (a quicker look at some)."""
     here = stage(module, per_test_timeout)
+    patterns = function_patterns(module, only)
     env = dict(os.environ, PYTHONPATH=str(here / "mutants" / "src"), PYTHONDONTWRITEBYTECODE="1")
     started = time.monotonic()
     finished = True
     with (here / "run.log").open("w") as log:
         try:
             subprocess.run(
-                [str(MUTMUT), "run", "--max-children", str(jobs)],
+                [str(MUTMUT), "run", "--max-children", str(jobs), *patterns],
                 cwd=here,
                 env=env,
                 stdout=log,
@@ -212,7 +222,8 @@ def run(module: Module, budget: float, per_test_timeout: int, jobs: int = 1) -> 
     statuses: dict[str, str] = {}
     for line in listing.splitlines():
         name, sep, verdict = line.strip().partition(": ")
-        if sep and name.startswith(module.dotted + "."):
+        wanted = not patterns or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+        if sep and name.startswith(module.dotted + ".") and wanted:
             statuses[name] = verdict.strip()
     return Outcome(module, statuses, seconds, finished)
 
@@ -291,6 +302,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=float, default=900, help="wall-clock seconds per module (default 900)")
     parser.add_argument("--test-timeout", type=int, default=60, help="pytest-timeout per test, seconds")
     parser.add_argument("--jobs", type=int, default=1, help="mutants tested at once (default 1)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="FUNCTION",
+        help="only the mutants of this function or method (repeatable): a quick look, not a module's figure",
+    )
     parser.add_argument("--show-survivors", action="store_true", help="print the diff of every mutant not killed")
     args = parser.parse_args(argv)
     by_name = {m.name: m for m in MODULES}
@@ -302,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     outcomes = []
     for module in selected:
         print(f"mutating {module.path} against {' '.join(module.tests)} ...", flush=True)
-        outcomes.append(run(module, args.budget, args.test_timeout, args.jobs))
+        outcomes.append(run(module, args.budget, args.test_timeout, args.jobs, args.only))
     print()
     report(outcomes, equivalent, args.show_survivors)
 

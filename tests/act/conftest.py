@@ -12,15 +12,24 @@ from kopf._core.engines import posting
 from kubernetes import config
 
 from gpuwise.kube.client import Kube
+from tests.act import cycles
 from tests.act.scenario import Trainer
 from tests.integration.conftest import cluster, emulator  # noqa: F401 - the same fixtures as the integration tests
 from tests.support.emulator import EmulatorThread
-from tests.support.prometheus import Prometheus
+from tests.support.prometheus import Prometheus, scraping
 
 
 @pytest.fixture
 def kube(emulator: EmulatorThread) -> Kube:  # noqa: F811 - the fixture imported above
     return Kube(config.new_client_from_config(config_file=str(emulator.kubeconfig)))
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """The Prometheus of `tests.act.cycles`, scraping what its tests' sidecars would export; a test
+    module that defines its own `prometheus` (a scenario's fleet) uses that one instead."""
+    with scraping(tmp_path_factory.mktemp("prometheus"), cycles.exposition) as server:
+        yield server
 
 
 @pytest.fixture

@@ -4,6 +4,9 @@ The API server is the emulator over HTTP and the checkpoint acknowledgements are
 Prometheus (scraping an exposition the test writes, as the sidecars would); the test plays the Job
 controller and the reconciler where the operator would (it renders the Job with the operator's
 code). Used by the runner's state-machine tests and the scenario tests of single action kinds.
+Their Prometheus is one for the session (`tests/act/conftest.py`): each test's own hour and pod
+names keep its series apart, and a mutation run (`make mutation`) starts one per mutant, not one
+per test file.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,7 +36,7 @@ from gpuwise.operator.workload import render_job
 from gpuwise.prometheus.client import Prometheus as Source
 from tests.act.scenario import TJ_API, trainingjob
 from tests.integration.conftest import Cluster
-from tests.support.prometheus import Prometheus, scraping
+from tests.support.prometheus import Prometheus
 from tests.support.waiting import eventually
 
 START = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
@@ -60,12 +62,6 @@ def exposition() -> bytes:
         + "# TYPE gpuwise_samples_total counter\n"
         + counters
     ).encode()
-
-
-@pytest.fixture(scope="module", name="prometheus")
-def prometheus_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    with scraping(tmp_path_factory.mktemp("prometheus"), exposition) as server:
-        yield server
 
 
 def acknowledge(prometheus: Prometheus, worker: int, rid: str, at: float, path: str = "") -> None:

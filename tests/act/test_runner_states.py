@@ -35,7 +35,6 @@ from tests.act.cycles import (  # noqa: F401
     Job,
     acknowledge,
     job_fixture,
-    prometheus_fixture,
 )
 from tests.act.scenario import TJ_API
 from tests.integration.conftest import Cluster

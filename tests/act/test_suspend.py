@@ -17,7 +17,7 @@ from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
 from gpuwise.kube.trainingjob import follow_mutable_fields, parse_spec
 from tests.act.conftest import drained
-from tests.act.cycles import SETTINGS, Job, acknowledge, prometheus_fixture  # noqa: F401 - a fixture
+from tests.act.cycles import SETTINGS, Job, acknowledge
 from tests.act.scenario import TJ_API, env_of
 from tests.integration.conftest import Cluster
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
