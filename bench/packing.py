@@ -3,9 +3,11 @@
     .venv/bin/python -m bench.packing [--trace default] [--seeds 1] [--policies all]
                                       [--baseline bestfit] [--repack]
     .venv/bin/python -m bench.packing --leave-one-out [--jobs 2] [--cache FILE]
+    .venv/bin/python -m bench.packing --repack-bound [--trace default] [--seeds 3]
 
 The second form scores gpuwise's policy on traces its parameters were not chosen on
-(`bench/packing_holdout.py`).
+(`bench/packing_holdout.py`); the third sets repacking's gain against a re-solve from scratch
+and counts the restarts each costs (`bench/repack_bound.py`).
 
 Each seed replays the whole trace (8,152 pods resampled to 130 % of the 6,212 GPUs, about
 10,800 placements) in this process, one after another, so the figures are per seed on this
@@ -24,6 +26,7 @@ import platform
 import sys
 from pathlib import Path
 
+from bench import repack_bound
 from bench.packing_holdout import leave_one_out
 from gpuwise.decide.packing.registry import POLICIES
 from gpuwise.simulate.cluster_trace import load_nodes, load_pods
@@ -46,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--leave-one-out", action="store_true", help="score gpuwise on traces its parameters were not chosen on"
     )
+    parser.add_argument(
+        "--repack-bound", action="store_true", help="repacking's gain and restarts against a re-solve from scratch"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="processes for --leave-one-out")
     parser.add_argument("--cache", type=Path, help="--leave-one-out keeps each seed's figures here and resumes")
     args = parser.parse_args(argv)
@@ -54,9 +60,12 @@ def main(argv: list[str] | None = None) -> int:
 
     nodes = load_nodes(args.data / "openb_node_list_gpu_node.csv")
     pods = load_pods(args.data / f"openb_pod_list_{args.trace}.csv", nodes)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if args.repack_bound:
+        repack_bound.report(nodes, pods, args.trace, seeds)
+        return 0
     policies = list(POLICIES) if args.policies == "all" else args.policies.split(",")
     policies = [args.baseline, *(p for p in policies if p != args.baseline)]  # the baseline first
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     runs = [(policy, 0) for policy in policies] + ([("gpuwise", 2)] if args.repack else [])
 
     cpu = platform.processor() or platform.machine()
