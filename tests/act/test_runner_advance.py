@@ -18,6 +18,7 @@ import pytest
 from kopf._core.engines import posting
 
 from gpuwise import wiring
+from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.checkpoint import Ack
 from gpuwise.act.kinds import AVAILABLE
 from gpuwise.act.machine import (
@@ -113,11 +114,11 @@ class Scripted(Action):
     async def undo(self, job: JobView, record: ActionRecord, ctx: ActContext) -> Progress:
         return self._answer("undo", record, ctx)
 
-    def verify(self, record: ActionRecord, settings: Any) -> Verdict:
+    def verify(self, record: ActionRecord, settings: ActionSettings) -> Verdict:
         return self.verdict
 
 
-def scripted(job: Job, kind: Scripted, settings: Any = SETTINGS) -> None:
+def scripted(job: Job, kind: Scripted, settings: ActionSettings = SETTINGS) -> None:
     """The job's runner takes `kind` in Pack's place."""
     old = job.runner
     job.runner = Runner(old.kube, settings, old.acks, old.meter, kinds=(*AVAILABLE, kind), clock=job.clock)
