@@ -88,6 +88,17 @@ RESOURCES: dict[str, dict[str, Any]] = {
             "scheduling.run.ai/v2alpha2",
         )
     },
+    # Kinds a real cluster also serves under these names: CronJobs beside Jobs in batch/v1 (every
+    # cluster), Volcano's Jobs (where Volcano schedules the gangs) and ACK's SageMaker TrainingJobs.
+    # A lookup that names a kind without its group, or a group without its kind, is ambiguous here too.
+    "batch/v1/cronjobs": {"kind": "CronJob", "namespaced": True, "subresources": {"status"}},
+    "batch.volcano.sh/v1alpha1/jobs": {"kind": "Job", "namespaced": True, "subresources": {"status"}},
+    "sagemaker.services.k8s.aws/v1alpha1/trainingjobs": {
+        "kind": "TrainingJob",
+        "namespaced": True,
+        "singular": "trainingjob",
+        "subresources": {"status"},
+    },
     "gpuwise.io/v1alpha1/trainingjobs": {
         "kind": "TrainingJob",
         "namespaced": True,
