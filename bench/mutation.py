@@ -124,7 +124,11 @@ MODULES: tuple[Module, ...] = (
     # api/core.py and api/trainingjob.py: every validator there is a decorated method, which mutmut
     # leaves alone, so they give no mutant at all (README: "Mutation testing").
     Module("checkpoint", "operator/gpuwise/act/checkpoint.py", _CHECKPOINT_TESTS),
-    Module("runner", "operator/gpuwise/act/runner.py", (*_CHECKPOINT_TESTS, "tests/act/test_guardrails.py")),
+    Module(
+        "runner",
+        "operator/gpuwise/act/runner.py",
+        (*_CHECKPOINT_TESTS, "tests/act/test_runner_start.py", "tests/act/test_guardrails.py"),
+    ),
 )
 
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
