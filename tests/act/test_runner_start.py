@@ -29,6 +29,7 @@ from gpuwise.act.machine import WORSE, Plan, new_record, request_id, transition
 from gpuwise.act.measure import throughput_query
 from gpuwise.act.node_settings import NodeActionSettings, TimeSlicingSettings
 from gpuwise.act.runner import Runner, now, records_of, trimmed
+from gpuwise.act.transitions import ACTIONS
 from gpuwise.api.kinds import GPU_SHARE_CHANGE, ActionKind
 from gpuwise.api.trainingjob import MAX_ACTION_RECORDS, ActionRecord, ActionState, Recommendation
 from gpuwise.kube import job_overrides
@@ -317,15 +318,14 @@ async def test_the_budget_counts_an_action_the_runner_started_before_the_watch_s
 PODS = itertools.count()
 
 
-def throughput(prometheus: Prometheus, rate: float, window: float) -> None:
-    """bert's only sidecar, a pod never seen before, counts `rate` samples a second from now; wait
+def throughput(prometheus: Prometheus, name: str, rate: float, window: float) -> None:
+    """From now on the job `name` counts `rate` samples a second, in a pod never seen before; wait
     until two measurements over `window`, a scrape apart, see exactly that."""
-    SAMPLES.clear()
-    SAMPLES[f"bert-start-{next(PODS)}"] = (rate, time.time())
+    SAMPLES[f"{name}-0-{next(PODS)}"] = (rate, time.time())
     steady: list[bool] = []
 
     def seen() -> bool:
-        result = prometheus.query(throughput_query(f"{window:g}s"))
+        result = [r for r in prometheus.query(throughput_query(f"{window:g}s")) if r["metric"]["trainingjob"] == name]
         steady.append(len(result) == 1 and abs(float(result[0]["value"][1]) - rate) < 0.01 * rate)
         return steady[-2:] == [True, True]
 
@@ -333,13 +333,20 @@ def throughput(prometheus: Prometheus, rate: float, window: float) -> None:
 
 
 async def test_an_action_records_its_baseline_and_what_was_expected_of_it(job: Job, prometheus: Prometheus) -> None:
-    job.meter_window = 5.0  # a window that sees only this test's sidecar
-    job.runner = job.new_runner(SETTINGS)
+    """On gpt, a job of its own: the tests that find bert unmeasured never see its throughput."""
+    job.meter_window = 5.0
+    runner = job.new_runner(SETTINGS)
+    job.cluster.create(trainingjob("gpt"))
     before = job_overrides.NONE.model_copy(update={"env": {"NUM_WORKERS": "2"}})  # an earlier action's
-    job.cluster.patch(TJ_API, "TrainingJob", "bert", job_overrides.annotation_patch(before))
-    throughput(prometheus, 80.0, job.meter_window)
-    record = await job.cycle(MORE_WORKERS)
-    assert record is not None and record.baseline is not None
+    job.cluster.patch(TJ_API, "TrainingJob", "gpt", job_overrides.annotation_patch(before))
+    started = {"status": {"phase": "Running", "startTime": (job.start - timedelta(hours=1)).isoformat()}}
+    job.cluster.patch(TJ_API, "TrainingJob", "gpt", started, status=True)
+    throughput(prometheus, "gpt", 80.0, job.meter_window)
+    gpt = job.cluster.get(TJ_API, "TrainingJob", "gpt")
+    assert gpt is not None
+    await runner.run(gpt, [], [gpt], [MORE_WORKERS])
+    record = runner.records("default", "gpt", gpt)[-1]
+    assert record.baseline is not None
     assert record.baseline.samples_per_second == pytest.approx(80, rel=0.03)
     assert (record.baseline.gpu_utilization, record.baseline.at) == (None, job.start)
     assert (record.finding, record.expected_speedup, record.expected_effect) == (
@@ -384,6 +391,25 @@ async def test_an_action_starts_with_a_planned_event_that_says_what_it_will_do(j
     planned = f"AdjustConfig {record.id} Planned: Set NUM_WORKERS=4 and restart from a checkpoint."
     assert told(events)[0] == ("Normal", "Planned", planned)
     assert request_id(record) == job.request()
+
+
+async def test_each_transition_is_counted_for_the_actions_taken_panel(job: Job) -> None:
+    before = transitions_counted()
+    await job.cycle(MORE_WORKERS)
+    after = transitions_counted()
+    grown = {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
+    assert grown == {
+        ("default", "bert", "AdjustConfig", "Planned"): 1,
+        ("default", "bert", "AdjustConfig", "WaitingForCheckpoint"): 1,
+    }
+
+
+def transitions_counted() -> dict[tuple[str, ...], float]:
+    """gpuwise_action_transitions_total now, by (namespace, trainingjob, action, state)."""
+    family = next(iter(ACTIONS.collect()))
+    return {
+        tuple(s.labels[k] for k in ("namespace", "trainingjob", "action", "state")): s.value for s in family.samples
+    }
 
 
 # --- which jobs the runner acts on ------------------------------------------------------------------
