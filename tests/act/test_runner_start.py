@@ -27,10 +27,11 @@ from gpuwise.act.action_settings import Budget
 from gpuwise.act.adjust_config import ADJUST_CONFIG
 from gpuwise.act.machine import WORSE, Plan, new_record, request_id, transition
 from gpuwise.act.measure import throughput_query
+from gpuwise.act.mig_repartition import LABEL_PARTITIONING as PARTITIONING
 from gpuwise.act.node_settings import NodeActionSettings, TimeSlicingSettings
 from gpuwise.act.runner import Runner, now, records_of, trimmed
 from gpuwise.act.transitions import ACTIONS
-from gpuwise.api.kinds import GPU_SHARE_CHANGE, ActionKind
+from gpuwise.api.kinds import GPU_SHARE_CHANGE, TIME_SLICING, ActionKind
 from gpuwise.api.trainingjob import MAX_ACTION_RECORDS, ActionRecord, ActionState, Recommendation
 from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
@@ -183,6 +184,18 @@ async def test_a_recommendation_the_cluster_has_no_room_for_is_told_and_the_next
     )
 
 
+async def test_a_node_opted_in_for_time_slicing_without_a_gpu_has_no_room_for_the_job(
+    sharing: Job, events: Events
+) -> None:
+    """`admit` sizes this job against the node: the runner hands it the job."""
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-1", "labels": {PARTITIONING: TIME_SLICING}}}
+    sharing.cluster.create(node)
+    assert await sharing.cycle(SHARE) is None
+    posted = told(events)
+    assert [(kind, reason) for kind, reason, _ in posted] == [NOT_TAKEN]
+    assert "(NoSharedGpu): no time-sliced GPU has room for 1 worker(s)" in posted[0][2]
+
+
 # --- lasting refusals -----------------------------------------------------------------------------
 
 
@@ -308,8 +321,25 @@ async def test_the_budget_counts_an_action_the_runner_started_before_the_watch_s
     posted = told(events)
     assert posted[0][2].endswith("budget 1 allows 1 disrupted job(s) of 2 running, and 1 already are.")
 
+    moved_on = transition(records_of(fresh)[-1], ActionState.APPLYING, "CheckpointAcknowledged", "m", job.clock())
+    job.cluster.patch(TJ_API, "TrainingJob", "gpt", {"status": {"actions": [moved_on.to_k8s()]}}, status=True)
+    ahead = job.cluster.get(TJ_API, "TrainingJob", "gpt")
+    assert ahead is not None and job.runner.records("default", "gpt", ahead) == [moved_on], "the body is ahead"
+
     job.runner.forget("default", "gpt")
     assert job.runner.records("default", "gpt", stale) == [], "a job deleted: only what its body says"
+
+
+async def test_a_cycle_on_a_body_the_watch_has_not_updated_moves_the_action_on_and_starts_none(
+    job: Job, events: Events
+) -> None:
+    stale = job.body()
+    record = await job.cycle(MORE_WORKERS)
+    assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT
+    drained(events)
+    assert job.runner.pending(stale, job.pods(), []), "its action is in flight"
+    await job.runner.run(stale, job.pods(), [stale], [MORE_WORKERS])
+    assert records_of(job.body()) == [record] and drained(events) == [], "waiting on, and no second action"
 
 
 # --- what a started action records ----------------------------------------------------------------
