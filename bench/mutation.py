@@ -127,7 +127,12 @@ MODULES: tuple[Module, ...] = (
     Module(
         "runner",
         "operator/gpuwise/act/runner.py",
-        (*_CHECKPOINT_TESTS, "tests/act/test_runner_advance.py", "tests/act/test_guardrails.py"),
+        (
+            *_CHECKPOINT_TESTS,
+            "tests/act/test_runner_start.py",
+            "tests/act/test_runner_advance.py",
+            "tests/act/test_guardrails.py",
+        ),
     ),
 )
 

@@ -45,7 +45,8 @@ HOURS = itertools.count()
 
 
 # What the sidecars export: the acknowledgements a test has put here so far, by worker and request,
-# and samples counters by pod: (samples per second, the unix time the counter started at 0).
+# and samples counters by pod: (samples per second, the unix time the counter started at 0). A pod
+# belongs to the TrainingJob its name begins with (bert-0-3: bert).
 ACKS: dict[str, str] = {}
 SAMPLES: dict[str, tuple[float, float]] = {}
 
@@ -53,7 +54,8 @@ SAMPLES: dict[str, tuple[float, float]] = {}
 def exposition() -> bytes:
     now = time.time()
     counters = "".join(
-        f'gpuwise_samples_total{{namespace="default",trainingjob="bert",pod="{pod}"}} {rate * (now - since)}\n'
+        f'gpuwise_samples_total{{namespace="default",trainingjob="{pod.split("-")[0]}",pod="{pod}"}} '
+        f"{rate * (now - since)}\n"
         for pod, (rate, since) in list(SAMPLES.items())
     )
     return (
