@@ -275,7 +275,8 @@ def report(outcomes: list[Outcome], equivalent: dict[str, str], show_survivors: 
     print("-" * len(header))
     for o in outcomes:
         names = set(o.statuses)
-        equivalent_here = frozenset(name for name in names if name in equivalent)
+        # Listed as equivalent but killed (the code or the tests changed since): it counts as killed.
+        equivalent_here = frozenset(name for name in names if name in equivalent and o.statuses[name] not in KILLED)
         killed = o.count("killed", "caught by type check", "segfault")
         timeout = o.count("timeout")
         survived = o.count("survived", "suspicious", exclude=equivalent_here)
@@ -290,7 +291,12 @@ def report(outcomes: list[Outcome], equivalent: dict[str, str], show_survivors: 
         )
     print("\nkill rate = (killed + timeout) / (mutants - equivalent); 'unrun' mutants count as not killed.")
     for o in outcomes:
-        listed = sorted(name for name in o.statuses if name in equivalent)
+        stale = sorted(name for name, verdict in o.statuses.items() if name in equivalent and verdict in KILLED)
+        if stale:
+            print(f"\nkilled although listed as equivalent in {o.module.name} (take them off the list):")
+            for name in stale:
+                print(f"  {name}")
+        listed = sorted(name for name in o.statuses if name in equivalent and name not in stale)
         if listed:
             print(f"\nequivalent survivors in {o.module.name} (mutation/equivalent.toml):")
             for name in listed:

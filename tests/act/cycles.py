@@ -27,6 +27,7 @@ from gpuwise.act.checkpoint import Acks
 from gpuwise.act.kinds import AVAILABLE
 from gpuwise.act.measure import Meter
 from gpuwise.act.runner import Runner
+from gpuwise.api.kinds import ActionKind
 from gpuwise.api.trainingjob import ActionRecord, Recommendation
 from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
@@ -42,6 +43,15 @@ from tests.support.waiting import eventually
 START = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
 SETTINGS = ActionSettings(min_runtime="10m", verify_window="5m", apply_timeout="30m")
 HOURS = itertools.count()
+MORE_WORKERS = Recommendation(
+    action=ActionKind.ADJUST_CONFIG,
+    finding="InputBound",
+    message="m",
+    changes={"NUM_WORKERS": "4"},
+    expected_effect="up to 2.5x steps per second: 60% of step time is input wait",
+    expected_speedup=2.5,
+)
+"""The recommendation most tests act on: a restart with more DataLoader workers."""
 
 
 # What the sidecars export: the acknowledgements a test has put here so far, by worker and request,
@@ -157,9 +167,11 @@ class Job:
         actions = (self.body().get("status") or {}).get("actions") or []
         return ActionRecord.model_validate(actions[-1]) if actions else None
 
-    def store(self, record: ActionRecord) -> None:
-        """An action in flight, as an operator restarted in the middle of it finds it in status."""
-        self.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"actions": [record.to_k8s()]}}, status=True)
+    def store(self, *records: ActionRecord) -> None:
+        """Actions in status (the last one in flight), as an operator restarted in the middle finds them."""
+        self.cluster.patch(
+            TJ_API, "TrainingJob", "bert", {"status": {"actions": [r.to_k8s() for r in records]}}, status=True
+        )
 
 
 @pytest.fixture(name="job")

@@ -34,7 +34,7 @@ from gpuwise.act.machine import (
     request_id,
     transition,
 )
-from gpuwise.act.runner import MAX_STEPS_PER_CYCLE, Runner, _entered, _resume, speedup
+from gpuwise.act.runner import MAX_STEPS_PER_CYCLE, Runner, _entered, _resume, records_of, speedup
 from gpuwise.api.kinds import ActionKind
 from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionRecord, ActionState, Measurement
@@ -552,11 +552,22 @@ async def test_earlier_actions_are_kept_as_the_last_one_moves(
         for h in (3, 2)
     ]
     planned = record_in(ActionState.PLANNED, job.start, restart=True)
-    job.cluster.patch(
-        TJ_API, "TrainingJob", "bert", {"status": {"actions": [r.to_k8s() for r in [*old, planned]]}}, status=True
-    )
+    job.store(*old, planned)
     await job.cycle(after=1)
     actions = [ActionRecord.model_validate(a) for a in job.body()["status"]["actions"]]
     assert actions[:2] == old
     assert [(a.id, a.state) for a in actions[2:]] == [(planned.id, ActionState.WAITING_FOR_CHECKPOINT)]
     assert drained(events) == [("Normal", "CheckpointRequested")]
+
+
+async def test_a_detail_the_watch_has_not_brought_back_is_not_recorded_again(job: Job) -> None:
+    """When the restarted job is first seen running, the runner records when; a next cycle whose body
+    the watch has not yet brought up to that write must not record it again, later."""
+    job.store(record_in(ActionState.VERIFYING, job.start))
+    lagging = job.body()  # the job as the watch will still show it next cycle
+    record = await job.cycle(after=10)
+    since = (job.start + timedelta(seconds=10)).isoformat()
+    assert record is not None and record.details == {"runningSince": since}
+    job.clock.advance(20)
+    await job.runner.run(lagging, job.pods(), [lagging], [])
+    assert records_of(job.body())[-1].details == {"runningSince": since}

@@ -36,7 +36,7 @@ from gpuwise.api.trainingjob import MAX_ACTION_RECORDS, ActionRecord, ActionStat
 from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
 from tests.act.conftest import drained
-from tests.act.cycles import ACKS, SAMPLES, SETTINGS, START, Job, job_fixture  # noqa: F401
+from tests.act.cycles import ACKS, MORE_WORKERS, SAMPLES, SETTINGS, START, Job, job_fixture  # noqa: F401
 from tests.act.scenario import TJ_API, trainingjob
 from tests.integration.conftest import Cluster
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
@@ -58,14 +58,6 @@ TIME_SLICED = SETTINGS.model_copy(
     update={"nodes": NodeActionSettings(time_slicing=TimeSlicingSettings(config="shared"))}
 )  # Pack plans a time-sliced share; no node offers one (admit refuses: NoSharedGpu)
 
-MORE_WORKERS = Recommendation(
-    action=ActionKind.ADJUST_CONFIG,
-    finding="InputBound",
-    message="m",
-    changes={"NUM_WORKERS": "4"},
-    expected_effect="up to 2.5x steps per second: 60% of step time is input wait",
-    expected_speedup=2.5,
-)
 PIN_MEMORY = Recommendation(
     action=ActionKind.ADJUST_CONFIG, finding="InputBound", message="m", changes={"PIN_MEMORY": "1"}
 )
@@ -92,12 +84,6 @@ def record_at(state: ActionState, at: datetime, reason: str = "Test", **changes:
 def reverted(at: datetime) -> ActionRecord:
     """NUM_WORKERS=4 made the job slower and was rolled back at `at`."""
     return record_at(ActionState.ROLLED_BACK, at, WORSE, NUM_WORKERS="4")
-
-
-def store(job: Job, *records: ActionRecord) -> None:
-    job.cluster.patch(
-        TJ_API, "TrainingJob", "bert", {"status": {"actions": [r.to_k8s() for r in records]}}, status=True
-    )
 
 
 def other(name: str, *records: ActionRecord, namespace: str = "default", phase: str = "Running") -> dict[str, Any]:
@@ -161,7 +147,7 @@ async def test_a_recommendation_its_plan_refuses_is_told_and_the_next_one_starts
 
 async def test_a_change_reverted_before_is_told_and_the_next_one_starts(sharing: Job, events: Events) -> None:
     slower = reverted(sharing.start - timedelta(hours=2))
-    store(sharing, slower)
+    sharing.store(slower)
     record = await sharing.cycle(MORE_WORKERS, PIN_MEMORY)
     assert record is not None and record.changes == {"PIN_MEMORY": "1"}
     posted = told(events)
@@ -224,7 +210,7 @@ async def test_recommendations_their_plans_refuse_are_not_judged_again_until_som
 async def test_a_job_refused_by_the_cluster_is_judged_again_and_told_once(sharing: Job, events: Events) -> None:
     """The cluster may have room next cycle, whatever else was refused for good."""
     slower = reverted(sharing.start - timedelta(hours=2))
-    store(sharing, slower)
+    sharing.store(slower)
     assert await sharing.cycle(SHARE, MORE_WORKERS) == slower, "nothing started"
     posted = told(events)
     assert [(reason, message.split(" not taken ")[0]) for _, reason, message in posted] == [
@@ -409,7 +395,7 @@ async def test_the_runner_keeps_the_newest_records_dropping_the_oldest_dry_run_f
         record_at(ActionState.DRY_RUN, long_ago + timedelta(minutes=i + 1), "DryRun")
         for i in range(MAX_ACTION_RECORDS - 1)
     ]
-    store(job, done, *dry)
+    job.store(done, *dry)
     record = await job.cycle(MORE_WORKERS)
     assert record is not None and record.state is ActionState.WAITING_FOR_CHECKPOINT
     assert [r.id for r in records_of(job.body())] == [done.id, *(r.id for r in dry[1:]), record.id]
@@ -480,7 +466,7 @@ async def test_a_job_being_deleted_is_left_alone(job: Job, events: Events) -> No
 
 
 async def test_an_action_in_flight_moves_on_after_its_job_left_enforce_mode(job: Job) -> None:
-    store(job, record_at(ActionState.PLANNED, job.start))
+    job.store(record_at(ActionState.PLANNED, job.start))
     job.cluster.patch(TJ_API, "TrainingJob", "bert", {"spec": {"efficiency": {"mode": "Recommend"}}})
     assert job.runner.pending(job.body(), job.pods(), []), "in flight: nothing to recommend needed"
     record = await job.cycle()

@@ -25,10 +25,11 @@ from gpuwise.act.machine import WORSE, Plan, is_final, new_record, request_id, t
 from gpuwise.act.measure import throughput_query
 from gpuwise.act.runner import speedup
 from gpuwise.api.kinds import ActionKind
-from gpuwise.api.trainingjob import ActionRecord, ActionState, Measurement, Recommendation
+from gpuwise.api.trainingjob import ActionRecord, ActionState, Measurement
 from gpuwise.kube import job_overrides
 from tests.act.conftest import drained
 from tests.act.cycles import (  # noqa: F401
+    MORE_WORKERS,
     SAMPLES,
     SETTINGS,
     START,
@@ -51,14 +52,6 @@ TIMEOUT = 60  # the job's spec.checkpoint.timeoutSeconds (scenario.trainingjob)
 SETTINGS_WINDOW = 300  # SETTINGS.verify_window, in seconds
 REQUEST = wiring.ANNOTATION_CHECKPOINT_REQUEST
 OFF = SETTINGS.model_copy(update={"enabled": False})
-MORE_WORKERS = Recommendation(
-    action=ActionKind.ADJUST_CONFIG,
-    finding="InputBound",
-    message="m",
-    changes={"NUM_WORKERS": "4"},
-    expected_effect="up to 2.5x steps per second: 60% of step time is input wait",
-    expected_speedup=2.5,
-)
 
 
 def in_flight(

@@ -237,10 +237,14 @@ class Runner:
         return records, inputs
 
     def records(self, namespace: str, name: str, body: Mapping[str, Any]) -> list[ActionRecord]:
-        """The job's records: from its body, or what this runner wrote if the body is behind."""
+        """The job's records: what this runner wrote last, unless the body is further along.
+
+        Only the runner writes them, so a body exactly as far along (same last record, times and
+        history) can only be behind on what changes none of those, e.g. `runningSince`: taking
+        the body then would record it again, later, from a watch that lags."""
         seen = records_of(body)
         mine = self._written.get((namespace, name))
-        if mine is not None and (_progress(seen) or ()) < (_progress(mine) or ()):
+        if mine is not None and (_progress(seen) or ()) <= (_progress(mine) or ()):
             return list(mine)
         return seen
 
