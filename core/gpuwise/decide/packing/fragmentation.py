@@ -82,6 +82,13 @@ class TargetWorkload:
     def __len__(self) -> int:
         return len(self.weight)
 
+    @property
+    def multi_gpu_share(self) -> float:
+        """The share of the workload's GPU milli that its multi-GPU shapes ask for."""
+        demand = self.weight * self.num_gpu * self.gpu_milli
+        total = float(demand.sum())
+        return float(demand[self.num_gpu > 1].sum()) / total if total else 0.0
+
 
 @dataclass(frozen=True)
 class Summary:
