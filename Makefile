@@ -54,11 +54,13 @@ unit: $(STAMP) system-deps $(CHECKOV)
 test: lint typecheck unit
 
 # Mutation testing of the modules that decide and act (README: "Mutation testing"). Slow, so not
-# part of `make test`: MODULES="wire guardrails" for some of them, BUDGET seconds per module.
+# part of `make test`: MODULES="wire guardrails" for some of them, BUDGET seconds per module, JOBS
+# mutants at once (the runner's and the checkpoint's tests wait on Prometheus: JOBS=6 suits them).
 MODULES ?=
 BUDGET  ?= 900
+JOBS    ?= 1
 mutation: $(STAMP) system-deps
-	$(BIN)/python -m bench.mutation --budget $(BUDGET) $(MODULES)
+	$(BIN)/python -m bench.mutation --budget $(BUDGET) --jobs $(JOBS) $(MODULES)
 
 # The CRD is generated from the models; the chart ships the same file (drift tests check both).
 crd: $(STAMP)
