@@ -70,6 +70,7 @@ class Module:
 _CHECKPOINT_TESTS = (
     "tests/act/test_checkpoint_acks.py",
     "tests/act/test_runner_states.py",
+    "tests/act/test_runner_advance.py",
     "tests/act/test_suspend.py",
 )
 
@@ -130,7 +131,6 @@ MODULES: tuple[Module, ...] = (
         (
             *_CHECKPOINT_TESTS,
             "tests/act/test_runner_start.py",
-            "tests/act/test_runner_advance.py",
             "tests/act/test_guardrails.py",
         ),
     ),

@@ -54,6 +54,7 @@ pytestmark = [
 OFF = SETTINGS.model_copy(update={"enabled": False})
 OFF_SAID = "The operator's actions were turned off (actions.enabled: false)"
 REQUEST = wiring.ANNOTATION_CHECKPOINT_REQUEST
+TIMEOUT = 60  # the job's spec.checkpoint.timeoutSeconds (scenario.trainingjob)
 FOUR = JobOverrides(env={"NUM_WORKERS": "4"})
 TWO = JobOverrides(env={"NUM_WORKERS": "2"})
 CHECKPOINT = "/checkpoints/step-00000400.pt"
@@ -571,3 +572,34 @@ async def test_a_detail_the_watch_has_not_brought_back_is_not_recorded_again(job
     job.clock.advance(20)
     await job.runner.run(lagging, job.pods(), [lagging], [])
     assert records_of(job.body())[-1].details == {"runningSince": since}
+
+
+def pod_annotations(job: Job, pod: str) -> dict[str, str]:
+    found = job.cluster.get("v1", "Pod", pod)
+    assert found is not None
+    return found["metadata"].get("annotations") or {}
+
+
+async def test_a_worker_pod_being_deleted_is_neither_asked_nor_told(job: Job) -> None:
+    """A pod on its way out (deletionTimestamp set) will not checkpoint, and a patch could race its
+    removal: the request goes to the live pods only, and so does its withdrawal."""
+    leaving = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bert-1", "labels": {wiring.LABEL_TRAININGJOB: "bert"}, "annotations": {REQUEST: "old"}},
+        "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+    }
+    job.cluster.create(leaving)
+    deleting = {"metadata": {"deletionTimestamp": job.start.isoformat(), "finalizers": ["test/hold"]}}
+    job.cluster.patch("v1", "Pod", "bert-1", deleting)
+    planned = record_in(ActionState.PLANNED, job.start, restart=True)
+    job.store(planned)
+    record = await job.cycle()
+    assert record is not None and record.message.startswith("Asked 1 worker pod(s) to checkpoint")
+    assert pod_annotations(job, "bert-0")[REQUEST] == planned.id
+    assert pod_annotations(job, "bert-1")[REQUEST] == "old", "not asked"
+    job.cluster.patch("v1", "Pod", "bert-1", {"metadata": {"annotations": {REQUEST: planned.id}}})
+    record = await job.cycle(after=TIMEOUT + 1)
+    assert record is not None and record.reason == "CheckpointTimeout"
+    assert REQUEST not in pod_annotations(job, "bert-0")
+    assert pod_annotations(job, "bert-1")[REQUEST] == planned.id, "not told either"
