@@ -4,10 +4,12 @@
                                       [--baseline bestfit] [--repack]
     .venv/bin/python -m bench.packing --leave-one-out [--jobs 2] [--cache FILE]
     .venv/bin/python -m bench.packing --repack-bound [--trace default] [--seeds 3]
+    .venv/bin/python -m bench.packing --mixes multigpu30,multigpu50 [--draw 0] [--seeds 10] [--jobs 2]
 
 The second form scores gpuwise's policy on traces its parameters were not chosen on
 (`bench/packing_holdout.py`); the third sets repacking's gain against a re-solve from scratch
-and counts the restarts each costs (`bench/repack_bound.py`).
+and counts the restarts each costs (`bench/repack_bound.py`); the fourth pairs the defaults with
+FGD on shared or generated mixes (`--draw` seeds the resampling), seeds from `--first-seed`.
 
 Each seed replays the whole trace (8,152 pods resampled to 130 % of the 6,212 GPUs, about
 10,800 placements) in this process, one after another, so the figures are per seed on this
@@ -27,7 +29,7 @@ import sys
 from pathlib import Path
 
 from bench import repack_bound
-from bench.packing_holdout import leave_one_out
+from bench.packing_holdout import leave_one_out, mixes
 from gpuwise.decide.packing.registry import POLICIES
 from gpuwise.simulate.cluster_trace import load_nodes, load_pods
 from gpuwise.simulate.experiment import run_policy
@@ -52,11 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repack-bound", action="store_true", help="repacking's gain and restarts against a re-solve from scratch"
     )
-    parser.add_argument("--jobs", type=int, default=1, help="processes for --leave-one-out")
+    parser.add_argument("--mixes", help="traces (shared or generated, e.g. multigpu30) to pair gpuwise with fgd on")
+    parser.add_argument("--draw", type=int, default=0, help="with --mixes: the generated traces' resampling seed")
+    parser.add_argument("--jobs", type=int, default=1, help="processes for --leave-one-out and --mixes")
     parser.add_argument("--cache", type=Path, help="--leave-one-out keeps each seed's figures here and resumes")
     args = parser.parse_args(argv)
     if args.leave_one_out:
         return leave_one_out(args.data, args.cache, args.jobs)
+    if args.mixes:
+        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+        return mixes(args.data, args.mixes.split(","), args.draw, seeds, args.jobs)
 
     nodes = load_nodes(args.data / "openb_node_list_gpu_node.csv")
     pods = load_pods(args.data / f"openb_pod_list_{args.trace}.csv", nodes)

@@ -21,6 +21,11 @@ The goal (issue 19) is a lead over FGD at 100 % and at 130 % on every trace larg
 seed-to-seed spread: here, a mean paired gain above the standard deviation of the paired gains.
 
 Results are cached by (trace, policy, seed) in `--cache`, so an interrupted run resumes.
+
+    .venv/bin/python -m bench.packing --mixes multigpu20,multigpu25 [--draw 1] [--seeds 6] [--jobs 2]
+
+scores the defaults against FGD on the traces named (generated ones drawn with `--draw`), paired
+by seed, beside each workload's multi-GPU share: a quick look at a mix, not a held-out figure.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwise.decide.packing.cluster import Nodes, Pods
+from gpuwise.decide.packing.fragmentation import TargetWorkload
 from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters
 from gpuwise.decide.packing.registry import PolicyChoice, policy_label
 from gpuwise.simulate.cluster_trace import load_nodes, load_pods
@@ -52,16 +58,17 @@ Key = tuple[str, str, int]  # trace, policy label, seed
 
 
 @functools.cache
-def _trace(data: Path, trace: str) -> tuple[Nodes, Pods]:
+def _trace(data: Path, trace: str, draw: int = 0) -> tuple[Nodes, Pods]:
+    """A shared trace, or a generated one (`draw` seeds its resampling of the default trace)."""
     nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
     if trace in SHARED_TRACES:
         return nodes, load_pods(data / f"openb_pod_list_{trace}.csv", nodes)
     kind, share = parse(trace)
-    return nodes, variant(load_pods(data / "openb_pod_list_default.csv", nodes), kind, share)
+    return nodes, variant(load_pods(data / "openb_pod_list_default.csv", nodes), kind, share, seed=draw)
 
 
-def _run(data: Path, trace: str, policy: PolicyChoice, seed: int) -> tuple[float, float]:
-    nodes, pods = _trace(data, trace)
+def _run(data: Path, trace: str, policy: PolicyChoice, seed: int, draw: int = 0) -> tuple[float, float]:
+    nodes, pods = _trace(data, trace, draw)
     result = run_seed(nodes, pods, policy, seed)
     return result.alloc_at_100, result.alloc_at_130
 
@@ -168,4 +175,30 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
             f"{paired[0]!s:>18} {paired[1]!s:>18}  {'met' if ok else 'missed'}"
         )
     print(f"\ngoal (a lead beyond the seed spread at 100 % and 130 % on every trace): {'met' if met else 'missed'}")
+    return 0
+
+
+def mixes(data: Path, traces: Sequence[str], draw: int, seeds: Sequence[int], jobs: int) -> int:
+    """gpuwise's defaults against FGD on each trace, paired by seed, beside the share of the target
+    workload's GPU that its multi-GPU shapes ask for (where gpuwise switches to placing as FGD)."""
+    if len(seeds) < 2:
+        raise SystemExit("--mixes needs at least 2 seeds: the spread is part of the figure")
+    tasks = [(trace, policy, seed) for trace in traces for policy in ("fgd", "gpuwise") for seed in seeds]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {task: pool.submit(_run, data, task[0], task[1], task[2], draw) for task in tasks}
+        figures = {task: future.result() for task, future in futures.items()}
+    print(
+        f"draw {draw} (generated traces), seeds {seeds[0]}-{seeds[-1]}: gpuwise minus fgd per seed (mean ± stdev, wins)"
+    )
+    header = f"{'trace':<12} {'multi-GPU share':>15} {'as fgd':>6} {'gain @100':>18} {'gain @130':>18}"
+    print(header)
+    print("-" * len(header))
+    for trace in traces:
+        share = TargetWorkload.from_pods(_trace(data, trace, draw)[1]).multi_gpu_share
+        switched = share >= DEFAULTS.fgd_from_multi_gpu_share
+        paired = [
+            Paired.of([figures[(trace, "gpuwise", s)][i] - figures[(trace, "fgd", s)][i] for s in seeds])
+            for i in (0, 1)
+        ]
+        print(f"{trace:<12} {share:>15.3f} {'yes' if switched else 'no':>6} {paired[0]!s:>18} {paired[1]!s:>18}")
     return 0
