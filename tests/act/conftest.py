@@ -52,10 +52,15 @@ async def events() -> AsyncIterator[asyncio.Queue[posting.K8sEvent]]:
     posting.event_queue_loop_var.reset(loop_token)
 
 
-def drained(queue: asyncio.Queue[posting.K8sEvent]) -> list[tuple[str, str]]:
-    """(type, reason) of every Event posted since the last look."""
+def told(queue: asyncio.Queue[posting.K8sEvent]) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of every Event posted since the last look."""
     posted = []
     while not queue.empty():
         event = queue.get_nowait()
-        posted.append((event.type, event.reason))
+        posted.append((event.type, event.reason, event.message))
     return posted
+
+
+def drained(queue: asyncio.Queue[posting.K8sEvent]) -> list[tuple[str, str]]:
+    """(type, reason) of every Event posted since the last look."""
+    return [(kind, reason) for kind, reason, _ in told(queue)]

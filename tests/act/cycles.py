@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,10 +26,11 @@ from gpuwise import wiring
 from gpuwise.act.action_settings import ActionSettings
 from gpuwise.act.checkpoint import Acks
 from gpuwise.act.kinds import AVAILABLE
+from gpuwise.act.machine import Plan, new_record, transition
 from gpuwise.act.measure import Meter
 from gpuwise.act.runner import Runner
 from gpuwise.api.kinds import ActionKind
-from gpuwise.api.trainingjob import ActionRecord, Recommendation
+from gpuwise.api.trainingjob import ActionRecord, ActionState, Recommendation
 from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
 from gpuwise.kube.trainingjob import parse_spec
@@ -59,6 +61,24 @@ MORE_WORKERS = Recommendation(
 # belongs to the TrainingJob its name begins with (bert-0-3: bert).
 ACKS: dict[str, str] = {}
 SAMPLES: dict[str, tuple[float, float]] = {}
+
+
+def record_in(
+    state: ActionState,
+    at: datetime = START,
+    kind: ActionKind = ActionKind.ADJUST_CONFIG,
+    *,
+    reason: str = "Test",
+    changes: Mapping[str, str] | None = None,
+    **update: Any,
+) -> ActionRecord:
+    """An action of `kind` for InputBound started at `at` and in `state` since then (entered for
+    `reason`; `changes` are its plan's), with `update` to the record."""
+    plan = Plan(target=job_overrides.NONE, message="m", changes=changes or {})
+    record = new_record(kind, "InputBound", plan, job_overrides.NONE, at)
+    if state is not ActionState.PLANNED:
+        record = transition(record, state, reason, "m", at)
+    return record.model_copy(update=update)
 
 
 def exposition() -> bytes:

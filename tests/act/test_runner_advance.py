@@ -27,10 +27,8 @@ from gpuwise.act.machine import (
     Action,
     ActionFailed,
     JobView,
-    Plan,
     Progress,
     Verdict,
-    new_record,
     request_id,
     transition,
 )
@@ -40,7 +38,7 @@ from gpuwise.api.overrides import JobOverrides
 from gpuwise.api.trainingjob import ActionRecord, ActionState, Measurement
 from gpuwise.kube import job_overrides
 from tests.act.conftest import drained
-from tests.act.cycles import SETTINGS, START, Job, acknowledge, job_fixture  # noqa: F401
+from tests.act.cycles import SETTINGS, START, Job, acknowledge, job_fixture, record_in  # noqa: F401
 from tests.act.scenario import TJ_API
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
 from tests.support.prometheus import Prometheus
@@ -58,16 +56,6 @@ TIMEOUT = 60  # the job's spec.checkpoint.timeoutSeconds (scenario.trainingjob)
 FOUR = JobOverrides(env={"NUM_WORKERS": "4"})
 TWO = JobOverrides(env={"NUM_WORKERS": "2"})
 CHECKPOINT = "/checkpoints/step-00000400.pt"
-
-
-def record_in(
-    state: ActionState, at: datetime, kind: ActionKind = ActionKind.ADJUST_CONFIG, **update: Any
-) -> ActionRecord:
-    """An action of `kind` started at `at` and now in `state` (entered at `at`), with `update`."""
-    record = new_record(kind, "InputBound", Plan(target=job_overrides.NONE, message="m"), job_overrides.NONE, at)
-    if state is not ActionState.PLANNED:
-        record = transition(record, state, "Test", "m", at)
-    return record.model_copy(update=update)
 
 
 def asked(job: Job, rid: str) -> None:

@@ -25,7 +25,7 @@ from kopf._core.engines import posting
 
 from gpuwise.act.action_settings import Budget
 from gpuwise.act.adjust_config import ADJUST_CONFIG
-from gpuwise.act.machine import WORSE, Plan, new_record, request_id, transition
+from gpuwise.act.machine import WORSE, request_id, transition
 from gpuwise.act.measure import throughput_query
 from gpuwise.act.mig_repartition import LABEL_PARTITIONING as PARTITIONING
 from gpuwise.act.node_settings import NodeActionSettings, TimeSlicingSettings
@@ -35,8 +35,8 @@ from gpuwise.api.kinds import GPU_SHARE_CHANGE, TIME_SLICING, ActionKind
 from gpuwise.api.trainingjob import MAX_ACTION_RECORDS, ActionRecord, ActionState, Recommendation
 from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
-from tests.act.conftest import drained
-from tests.act.cycles import ACKS, MORE_WORKERS, SAMPLES, SETTINGS, START, Job, job_fixture  # noqa: F401
+from tests.act.conftest import drained, told
+from tests.act.cycles import ACKS, MORE_WORKERS, SAMPLES, SETTINGS, START, Job, job_fixture, record_in  # noqa: F401
 from tests.act.scenario import TJ_API, trainingjob
 from tests.integration.conftest import Cluster
 from tests.support.prometheus import AVAILABLE as HAS_PROMETHEUS
@@ -65,25 +65,9 @@ SHARE = Recommendation(action=ActionKind.PACK, finding="OversizedGPU", message="
 AWAY = Recommendation(action=ActionKind.RESCHEDULE, finding="Straggler", message="m")  # names no worker
 
 
-def told(queue: Events) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of every Event posted since the last look."""
-    posted = []
-    while not queue.empty():
-        event = queue.get_nowait()
-        posted.append((event.type, event.reason, event.message))
-    return posted
-
-
-def record_at(state: ActionState, at: datetime, reason: str = "Test", **changes: str) -> ActionRecord:
-    """An AdjustConfig action started at `at`, in `state` since then."""
-    plan = Plan(target=job_overrides.NONE, message="m", changes=changes)
-    record = new_record(ActionKind.ADJUST_CONFIG, "InputBound", plan, job_overrides.NONE, at)
-    return record if state is ActionState.PLANNED else transition(record, state, reason, "m", at)
-
-
 def reverted(at: datetime) -> ActionRecord:
     """NUM_WORKERS=4 made the job slower and was rolled back at `at`."""
-    return record_at(ActionState.ROLLED_BACK, at, WORSE, NUM_WORKERS="4")
+    return record_in(ActionState.ROLLED_BACK, at, reason=WORSE, changes={"NUM_WORKERS": "4"})
 
 
 def other(name: str, *records: ActionRecord, namespace: str = "default", phase: str = "Running") -> dict[str, Any]:
@@ -255,14 +239,14 @@ async def test_a_job_without_a_start_time_has_not_run_long_enough(job: Job, even
 async def test_the_budget_counts_the_actions_in_flight_in_the_job_s_namespace(job: Job, events: Events) -> None:
     job.runner.settings = SETTINGS.model_copy(update={"budgets": [Budget(jobs="50%", namespace="*")]})
     long_ago = job.start - timedelta(hours=5)
-    done = transition(record_at(ActionState.VERIFYING, long_ago), ActionState.DONE, "Improved", "m", long_ago)
-    gpt = other("gpt", record_at(ActionState.VERIFYING, long_ago))
+    done = transition(record_in(ActionState.VERIFYING, long_ago), ActionState.DONE, "Improved", "m", long_ago)
+    gpt = other("gpt", record_in(ActionState.VERIFYING, long_ago))
     quiet = [
         other("t5", done),  # running, its action over: counted as running only
         other("old", done, phase="Succeeded"),  # neither
-        other("xl", record_at(ActionState.APPLYING, long_ago), namespace="team-b"),  # another namespace
+        other("xl", record_in(ActionState.APPLYING, long_ago), namespace="team-b"),  # another namespace
     ]
-    busy = other("llama", record_at(ActionState.WAITING_FOR_CHECKPOINT, long_ago), phase="Pending")
+    busy = other("llama", record_in(ActionState.WAITING_FOR_CHECKPOINT, long_ago), phase="Pending")
     assert await cycle_among(job, [gpt, busy, *quiet], MORE_WORKERS) is None
     posted = told(events)
     assert [(kind, reason) for kind, reason, _ in posted] == [NOT_TAKEN]
@@ -390,9 +374,9 @@ async def test_a_dry_run_records_what_would_be_done_and_does_nothing(job: Job, e
 
 async def test_the_runner_keeps_the_newest_records_dropping_the_oldest_dry_run_first(job: Job) -> None:
     long_ago = job.start - timedelta(days=2)
-    done = transition(record_at(ActionState.VERIFYING, long_ago), ActionState.DONE, "Improved", "m", long_ago)
+    done = transition(record_in(ActionState.VERIFYING, long_ago), ActionState.DONE, "Improved", "m", long_ago)
     dry = [
-        record_at(ActionState.DRY_RUN, long_ago + timedelta(minutes=i + 1), "DryRun")
+        record_in(ActionState.DRY_RUN, long_ago + timedelta(minutes=i + 1), reason="DryRun")
         for i in range(MAX_ACTION_RECORDS - 1)
     ]
     job.store(done, *dry)
@@ -466,7 +450,7 @@ async def test_a_job_being_deleted_is_left_alone(job: Job, events: Events) -> No
 
 
 async def test_an_action_in_flight_moves_on_after_its_job_left_enforce_mode(job: Job) -> None:
-    job.store(record_at(ActionState.PLANNED, job.start))
+    job.store(record_in(ActionState.PLANNED, job.start))
     job.cluster.patch(TJ_API, "TrainingJob", "bert", {"spec": {"efficiency": {"mode": "Recommend"}}})
     assert job.runner.pending(job.body(), job.pods(), []), "in flight: nothing to recommend needed"
     record = await job.cycle()
@@ -497,7 +481,7 @@ def test_the_runner_s_clock_reads_whole_seconds_in_utc() -> None:
 def test_trimming_drops_the_oldest_dry_runs_first_then_the_oldest_actions() -> None:
     def records(states: str) -> list[ActionRecord]:  # D: done, R: dry run
         state = {"D": ActionState.DONE, "R": ActionState.DRY_RUN}
-        return [record_at(state[s], START + timedelta(minutes=i)) for i, s in enumerate(states)]
+        return [record_in(state[s], START + timedelta(minutes=i)) for i, s in enumerate(states)]
 
     full = records("D" * MAX_ACTION_RECORDS)
     assert trimmed(full) == full, "at the limit: all kept"

@@ -14,14 +14,13 @@ import asyncio
 import itertools
 import time
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 from kopf._core.engines import posting
 
 from gpuwise import wiring
 from gpuwise.act.guardrails import counted
-from gpuwise.act.machine import WORSE, Plan, is_final, new_record, request_id, transition
+from gpuwise.act.machine import WORSE, is_final, request_id, transition
 from gpuwise.act.measure import throughput_query
 from gpuwise.act.runner import speedup
 from gpuwise.api.kinds import ActionKind
@@ -36,6 +35,7 @@ from tests.act.cycles import (  # noqa: F401
     Job,
     acknowledge,
     job_fixture,
+    record_in,
 )
 from tests.act.scenario import TJ_API
 from tests.integration.conftest import Cluster
@@ -52,15 +52,6 @@ TIMEOUT = 60  # the job's spec.checkpoint.timeoutSeconds (scenario.trainingjob)
 SETTINGS_WINDOW = 300  # SETTINGS.verify_window, in seconds
 REQUEST = wiring.ANNOTATION_CHECKPOINT_REQUEST
 OFF = SETTINGS.model_copy(update={"enabled": False})
-
-
-def in_flight(
-    state: ActionState, kind: ActionKind = ActionKind.ADJUST_CONFIG, at: datetime = START, **update: Any
-) -> ActionRecord:
-    record = new_record(kind, "InputBound", Plan(target=job_overrides.NONE, message="m"), job_overrides.NONE, at)
-    if state is not ActionState.PLANNED:
-        record = transition(record, state, "Test", "m", at)
-    return record.model_copy(update=update)
 
 
 async def test_a_restart_walks_every_state_when_the_clock_says(
@@ -137,10 +128,10 @@ async def test_an_acknowledgement_at_the_last_second_restarts(job: Job, promethe
         (ActionState.VERIFYING, "not verified"),
     ],
 )
-async def test_turning_actions_off_stops_an_action_in_flight(
+async def test_turning_actions_off_stops_an_action_record_in(
     job: Job, state: ActionState, message: str, events: asyncio.Queue[posting.K8sEvent]
 ) -> None:
-    record = in_flight(state, at=job.start, checkpoint_requested_at=job.start)
+    record = record_in(state, at=job.start, checkpoint_requested_at=job.start)
     if state is ActionState.WAITING_FOR_CHECKPOINT:
         job.cluster.patch("v1", "Pod", "bert-0", {"metadata": {"annotations": {REQUEST: request_id(record)}}})
     job.store(record)
@@ -155,7 +146,7 @@ async def test_turning_actions_off_stops_an_action_in_flight(
 
 
 async def test_turning_actions_off_rolls_back_a_node_change_not_yet_made(job: Job) -> None:
-    job.store(in_flight(ActionState.APPLYING, ActionKind.MIG_REPARTITION, job.start))
+    job.store(record_in(ActionState.APPLYING, job.start, ActionKind.MIG_REPARTITION))
     job.runner.settings = OFF
     record = await job.cycle(after=30)
     assert record is not None and record.state is ActionState.APPLYING
@@ -164,7 +155,7 @@ async def test_turning_actions_off_rolls_back_a_node_change_not_yet_made(job: Jo
 
 async def test_turning_actions_off_lets_a_restart_under_way_come_up_first(job: Job) -> None:
     target = job_overrides.NONE.model_copy(update={"env": {"NUM_WORKERS": "4"}})
-    job.store(in_flight(ActionState.APPLYING, at=job.start, overrides_target=target, restart=True))
+    job.store(record_in(ActionState.APPLYING, at=job.start, overrides_target=target, restart=True))
     job.runner.settings = OFF
     record = await job.cycle(after=1)  # writes the new overrides: the job was already stopped
     assert record is not None and record.state is ActionState.APPLYING and not record.reverting
@@ -191,7 +182,7 @@ async def test_turning_actions_back_on_acts_on_what_was_refused(
 
 
 def test_a_stopped_action_is_final_and_counted() -> None:
-    stopped = transition(in_flight(ActionState.PLANNED), ActionState.STOPPED, "ActionsDisabled", "m", START)
+    stopped = transition(record_in(ActionState.PLANNED), ActionState.STOPPED, "ActionsDisabled", "m", START)
     assert is_final(stopped)
     assert counted([stopped]) == [stopped], "it was attempted: it counts against maxActionsPerJob"
 
@@ -253,7 +244,7 @@ APPLY_TIMEOUT = 1800  # SETTINGS.apply_timeout, in seconds
 
 async def test_a_change_not_applied_within_its_timeout_is_rolled_back_one_second_past_it(job: Job) -> None:
     target = job_overrides.NONE.model_copy(update={"env": {"NUM_WORKERS": "4"}})
-    job.store(in_flight(ActionState.APPLYING, at=job.start, overrides_target=target, restart=True))
+    job.store(record_in(ActionState.APPLYING, at=job.start, overrides_target=target, restart=True))
     record = await job.cycle(after=APPLY_TIMEOUT)
     assert record is not None and record.state is ActionState.APPLYING and not record.reverting, "at the limit"
     record = await job.cycle(after=1)
@@ -262,7 +253,7 @@ async def test_a_change_not_applied_within_its_timeout_is_rolled_back_one_second
 
 
 async def test_a_restarted_job_that_does_not_run_within_the_timeout_is_rolled_back(job: Job) -> None:
-    job.store(in_flight(ActionState.VERIFYING, at=job.start))
+    job.store(record_in(ActionState.VERIFYING, at=job.start))
     job.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"phase": "Pending"}}, status=True)
     record = await job.cycle(after=APPLY_TIMEOUT)
     assert record is not None and record.state is ActionState.VERIFYING, "at the limit: still waiting for it"
@@ -273,7 +264,7 @@ async def test_a_restarted_job_that_does_not_run_within_the_timeout_is_rolled_ba
 
 
 async def test_the_apply_timeout_counts_from_entering_verification_not_from_the_last_update(job: Job) -> None:
-    entered = in_flight(ActionState.VERIFYING, at=job.start)
+    entered = record_in(ActionState.VERIFYING, at=job.start)
     job.store(entered.model_copy(update={"updated_at": job.start + timedelta(seconds=600)}))
     job.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"phase": "Pending"}}, status=True)
     record = await job.cycle(after=APPLY_TIMEOUT + 1)
@@ -281,7 +272,7 @@ async def test_the_apply_timeout_counts_from_entering_verification_not_from_the_
 
 
 async def test_a_restarted_job_back_in_its_queue_is_not_timed_out(job: Job) -> None:
-    job.store(in_flight(ActionState.VERIFYING, at=job.start))
+    job.store(record_in(ActionState.VERIFYING, at=job.start))
     job.cluster.patch(TJ_API, "TrainingJob", "bert", {"status": {"phase": "Queued"}}, status=True)
     record = await job.cycle(after=APPLY_TIMEOUT + 600)
     assert record is not None and record.state is ActionState.VERIFYING and not record.reverting, "Kueue decides"
