@@ -76,8 +76,9 @@ def _run(data: Path, trace: str, policy: PolicyChoice, seed: int, draw: int = 0)
 class Results:
     """Allocation figures by (trace, policy, seed), computed once and kept in a JSON file."""
 
-    def __init__(self, data: Path, cache: Path | None, jobs: int) -> None:
-        self.data, self.cache, self.jobs = data, cache, jobs
+    def __init__(self, data: Path, cache: Path | None, jobs: int, draw: int = 0) -> None:
+        # The cache's keys name no draw: keep one cache file per draw.
+        self.data, self.cache, self.jobs, self.draw = data, cache, jobs, draw
         self.known: dict[Key, tuple[float, float]] = {}
         if cache is not None and cache.exists():
             for row in json.loads(cache.read_text()):
@@ -89,7 +90,7 @@ class Results:
         if not todo:
             return
         with ProcessPoolExecutor(max_workers=self.jobs) as pool:
-            futures = {pool.submit(_run, self.data, *task): task for task in todo}
+            futures = {pool.submit(_run, self.data, *task, self.draw): task for task in todo}
             for future, (trace, policy, seed) in futures.items():
                 self.known[(trace, policy_label(policy), seed)] = future.result()
                 self._save()
@@ -183,10 +184,8 @@ def mixes(data: Path, traces: Sequence[str], draw: int, seeds: Sequence[int], jo
     workload's GPU that its multi-GPU shapes ask for (where gpuwise switches to placing as FGD)."""
     if len(seeds) < 2:
         raise SystemExit("--mixes needs at least 2 seeds: the spread is part of the figure")
-    tasks = [(trace, policy, seed) for trace in traces for policy in ("fgd", "gpuwise") for seed in seeds]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {task: pool.submit(_run, data, task[0], task[1], task[2], draw) for task in tasks}
-        figures = {task: future.result() for task, future in futures.items()}
+    results = Results(data, cache=None, jobs=jobs, draw=draw)
+    results.ensure((trace, policy, seed) for trace in traces for policy in ("fgd", "gpuwise") for seed in seeds)
     print(
         f"draw {draw} (generated traces), seeds {seeds[0]}-{seeds[-1]}: gpuwise minus fgd per seed (mean ± stdev, wins)"
     )
@@ -196,9 +195,6 @@ def mixes(data: Path, traces: Sequence[str], draw: int, seeds: Sequence[int], jo
     for trace in traces:
         share = TargetWorkload.from_pods(_trace(data, trace, draw)[1]).multi_gpu_share
         switched = share >= DEFAULTS.fgd_from_multi_gpu_share
-        paired = [
-            Paired.of([figures[(trace, "gpuwise", s)][i] - figures[(trace, "fgd", s)][i] for s in seeds])
-            for i in (0, 1)
-        ]
+        paired = [Paired.of(results.gains(trace, "gpuwise", seeds, field)) for field in FIELDS]
         print(f"{trace:<12} {share:>15.3f} {'yes' if switched else 'no':>6} {paired[0]!s:>18} {paired[1]!s:>18}")
     return 0

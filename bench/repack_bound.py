@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuwise.decide.packing.cluster import MILLI, Nodes, PodRequest, Pods
+from gpuwise.decide.packing.cluster import MILLI, Nodes, Pods
 from gpuwise.decide.packing.fragmentation import TargetWorkload
 from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import make_policy
@@ -61,17 +61,22 @@ def resolve(nodes: Nodes, pods: Pods, seed: int) -> Resolve:
     rng = np.random.default_rng(seed)
     order = arrival_order(pods, nodes.gpu_capacity_milli, rng)
     workload = TargetWorkload.from_pods(pods)
+    requests = {event: pods.request(int(pod)) for event, pod in enumerate(order)}
+
+    def fgd_into(state: ClusterState, events: Sequence[int]) -> list[int]:
+        """Place each event's pod where FGD puts it, in order; the events that fit nowhere."""
+        policy = make_policy("fgd", PlacementContext.create(state, workload, rng))
+        missed = []
+        for event in events:
+            where = policy(state, requests[event], rng)
+            if where is None:
+                missed.append(event)
+            else:
+                state.bind(event, requests[event], where)
+        return missed
+
     online = ClusterState(nodes)
-    fgd = make_policy("fgd", PlacementContext.create(online, workload, rng))
-    requests: dict[int, PodRequest] = {}
-    turned_away: list[int] = []
-    for event, pod in enumerate(order):
-        requests[event] = request = pods.request(int(pod))
-        where = fgd(online, request, rng)
-        if where is None:
-            turned_away.append(event)
-        else:
-            online.bind(event, request, where)
+    turned_away = fgd_into(online, range(len(order)))
 
     def key(name: str) -> Callable[[int], tuple[int, ...]]:
         if name == "arrival order":
@@ -83,18 +88,9 @@ def resolve(nodes: Nodes, pods: Pods, seed: int) -> Resolve:
     left_out: dict[str, int] = {}
     for order_name in ORDERS:
         fresh = ClusterState(nodes)
-        policy = make_policy("fgd", PlacementContext.create(fresh, workload, rng))
-        left_out[order_name] = 0
-        for event in sorted(online.bindings, key=key(order_name)):
-            where = policy(fresh, requests[event], rng)
-            if where is None:
-                left_out[order_name] += 1
-            else:
-                fresh.bind(event, requests[event], where)
-        for event in sorted(turned_away, key=key(order_name)):
-            where = policy(fresh, requests[event], rng)
-            if where is not None:
-                fresh.bind(event, requests[event], where)
+        # One policy for both passes, as the re-solve is one placement run: running pods, then the rest.
+        events = sorted(online.bindings, key=key(order_name)) + sorted(turned_away, key=key(order_name))
+        left_out[order_name] = sum(1 for event in fgd_into(fresh, events) if event in online.bindings)
         after[order_name], moved[order_name] = percent(fresh), restarts(nodes, online, fresh)
     free = np.clip(online.gpu_free, 0, None)
     smallest = min((requests[e].gpu_milli for e in turned_away if requests[e].num_gpu), default=MILLI)

@@ -82,11 +82,16 @@ class GpuwisePolicy:
 
     def __init__(self, context: PlacementContext, parameters: GpuwiseParameters | None = None) -> None:
         self.parameters = parameters or GpuwiseParameters()
-        self.as_fgd = context.workload.multi_gpu_share >= self.parameters.fgd_from_multi_gpu_share
-        self._fgd = FragmentationGradientPolicy(context) if self.as_fgd else None
+        as_fgd = context.workload.multi_gpu_share >= self.parameters.fgd_from_multi_gpu_share
+        self._fgd = FragmentationGradientPolicy(context) if as_fgd else None
         measure = TwoHorizonFragmentation(context.workload, self.parameters.next_pod_weight)
         self.fragmentation = FragmentationIndex(measure, context.state)
         self.node_rank = context.node_rank
+
+    @property
+    def as_fgd(self) -> bool:
+        """Whether this workload's multi-GPU share makes the policy place as FGD does."""
+        return self._fgd is not None
 
     def __call__(self, state: ClusterState, request: PodRequest, rng: np.random.Generator) -> Placement | None:
         if self._fgd is not None:
