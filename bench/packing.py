@@ -4,7 +4,7 @@
                                       [--baseline bestfit] [--repack]
     .venv/bin/python -m bench.packing --leave-one-out [--jobs 2] [--cache FILE]
     .venv/bin/python -m bench.packing --repack-bound [--trace default] [--seeds 3]
-    .venv/bin/python -m bench.packing --mixes multigpu30,multigpu50 [--draw 0] [--seeds 10] [--jobs 2]
+    .venv/bin/python -m bench.packing --mixes multigpu30,multigpu50 [--draw 0,1,2] [--seeds 10] [--jobs 2]
 
 The second form scores gpuwise's policy on traces its parameters were not chosen on
 (`bench/packing_holdout.py`); the third sets repacking's gain against a re-solve from scratch
@@ -55,15 +55,20 @@ def main(argv: list[str] | None = None) -> int:
         "--repack-bound", action="store_true", help="repacking's gain and restarts against a re-solve from scratch"
     )
     parser.add_argument("--mixes", help="traces (shared or generated, e.g. multigpu30) to pair gpuwise with fgd on")
-    parser.add_argument("--draw", type=int, default=0, help="with --mixes: the generated traces' resampling seed")
+    parser.add_argument(
+        "--draw", default="0", help="with --mixes: the generated traces' resampling seed, or several (0,1,2)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="processes for --leave-one-out and --mixes")
-    parser.add_argument("--cache", type=Path, help="--leave-one-out keeps each seed's figures here and resumes")
+    parser.add_argument(
+        "--cache", type=Path, help="--leave-one-out and --mixes keep each seed's figures here and resume"
+    )
     args = parser.parse_args(argv)
     if args.leave_one_out:
         return leave_one_out(args.data, args.cache, args.jobs)
     if args.mixes:
         seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-        return mixes(args.data, args.mixes.split(","), args.draw, seeds, args.jobs)
+        draws = [int(draw) for draw in args.draw.split(",")]
+        return mixes(args.data, args.mixes.split(","), draws, seeds, jobs=args.jobs, cache=args.cache)
 
     nodes = load_nodes(args.data / "openb_node_list_gpu_node.csv")
     pods = load_pods(args.data / f"openb_pod_list_{args.trace}.csv", nodes)

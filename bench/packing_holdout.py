@@ -38,18 +38,22 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from gpuwise.decide.packing.cluster import Nodes, Pods
 from gpuwise.decide.packing.fragmentation import TargetWorkload
-from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters
+from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters, GpuwisePolicy
 from gpuwise.decide.packing.registry import PolicyChoice, policy_label
 from gpuwise.simulate.cluster_trace import load_nodes, load_pods
 from gpuwise.simulate.experiment import run_seed
+from gpuwise.simulate.replay import empty_cluster_context
 from gpuwise.simulate.variants import parse, variant
 
 SHARED_TRACES = ("default", "gpushare20", "multigpu20")
 GENERATED_TRACES = ("gpushare40", "gpushare60", "gpushare80", "multigpu30", "multigpu50")
 GRID = tuple(GpuwiseParameters(weight, resolution) for weight in (0.3, 0.5, 0.7) for resolution in (25.0, 40.0, 55.0))
 DEFAULTS = GpuwiseParameters()
+TWO_HORIZONS = DEFAULTS.two_horizons_only
 SELECTION_SEEDS = tuple(range(4))
 SCORING_SEEDS = tuple(range(42, 52))
 FIELDS = ("alloc_at_100", "alloc_at_130")
@@ -179,22 +183,53 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
     return 0
 
 
-def mixes(data: Path, traces: Sequence[str], draw: int, seeds: Sequence[int], jobs: int) -> int:
-    """gpuwise's defaults against FGD on each trace, paired by seed, beside the share of the target
-    workload's GPU that its multi-GPU shapes ask for (where gpuwise switches to placing as FGD)."""
-    if len(seeds) < 2:
+def _rehearsed_as_fgd(data: Path, trace: str, draw: int) -> bool:
+    """Whether gpuwise's rehearsal on this trace's cluster and mix chose to place as FGD."""
+    nodes, pods = _trace(data, trace, draw)
+    return GpuwisePolicy(empty_cluster_context(nodes, pods, np.random.default_rng(0))).as_fgd
+
+
+def mixes(
+    data: Path, traces: Sequence[str], draws: Sequence[int], seeds: Sequence[int], *, jobs: int, cache: Path | None
+) -> int:
+    """gpuwise's defaults against FGD on each trace and draw, paired by seed, beside the share of
+    the target workload's GPU that its multi-GPU shapes ask for, what gpuwise's rehearsal chose,
+    and the two horizons alone (no rehearsal); then, per trace, every draw's seeds pooled."""
+    if len(seeds) * len(draws) < 2:
         raise SystemExit("--mixes needs at least 2 seeds: the spread is part of the figure")
-    results = Results(data, cache=None, jobs=jobs, draw=draw)
-    results.ensure((trace, policy, seed) for trace in traces for policy in ("fgd", "gpuwise") for seed in seeds)
+    results = {draw: Results(data, _per_draw(cache, draw), jobs=jobs, draw=draw) for draw in draws}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        rehearsed = {(t, d): pool.submit(_rehearsed_as_fgd, data, t, d) for t in traces for d in draws}
+        as_fgd = {key: future.result() for key, future in rehearsed.items()}
+    policies: tuple[PolicyChoice, ...] = ("fgd", DEFAULTS, TWO_HORIZONS)
+    for result in results.values():
+        result.ensure((trace, policy, seed) for trace in traces for policy in policies for seed in seeds)
     print(
-        f"draw {draw} (generated traces), seeds {seeds[0]}-{seeds[-1]}: gpuwise minus fgd per seed (mean ± stdev, wins)"
+        f"seeds {seeds[0]}-{seeds[-1]}: gpuwise minus fgd per seed (mean ± stdev, wins), with its rehearsal "
+        "and with the two horizons alone; a draw resamples a generated trace"
     )
-    header = f"{'trace':<12} {'multi-GPU share':>15} {'as fgd':>6} {'gain @100':>18} {'gain @130':>18}"
+    header = (
+        f"{'trace':<12} {'draw':>4} {'multi-GPU':>9} {'placed as':>10} {'gain @100':>18} {'gain @130':>18}"
+        f" {'alone @100':>18} {'alone @130':>18}"
+    )
     print(header)
     print("-" * len(header))
     for trace in traces:
-        share = TargetWorkload.from_pods(_trace(data, trace, draw)[1]).multi_gpu_share
-        switched = share >= DEFAULTS.fgd_from_multi_gpu_share
-        paired = [Paired.of(results.gains(trace, "gpuwise", seeds, field)) for field in FIELDS]
-        print(f"{trace:<12} {share:>15.3f} {'yes' if switched else 'no':>6} {paired[0]!s:>18} {paired[1]!s:>18}")
+        for draw in draws:
+            share = TargetWorkload.from_pods(_trace(data, trace, draw)[1]).multi_gpu_share
+            paired = [Paired.of(results[draw].gains(trace, p, seeds, f)) for p in policies[1:] for f in FIELDS]
+            placed = "fgd" if as_fgd[(trace, draw)] else "2 horizons"
+            print(f"{trace:<12} {draw:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>18}" for p in paired))
+        if len(draws) > 1:
+            pooled = [
+                Paired.of([g for draw in draws for g in results[draw].gains(trace, p, seeds, f)])
+                for p in policies[1:]
+                for f in FIELDS
+            ]
+            print(f"{trace:<12} {'all':>4} {'':>9} {'':>10} " + " ".join(f"{p!s:>18}" for p in pooled))
     return 0
+
+
+def _per_draw(cache: Path | None, draw: int) -> Path | None:
+    """The cache file of one draw (the cache's keys name no draw)."""
+    return None if cache is None else cache.with_name(f"{cache.stem}-draw{draw}{cache.suffix}")

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fit import candidates, fits, placement
 from gpuwise.decide.packing.fragmentation import TargetWorkload
-from gpuwise.decide.packing.gpuwise_policy import MULTI_GPU_SHARE_FOR_FGD, GpuwiseParameters, GpuwisePolicy
+from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters, GpuwisePolicy
 from gpuwise.decide.packing.policies import PlacementContext
-from gpuwise.decide.packing.registry import POLICIES, UnknownPolicyError, make_policy
+from gpuwise.decide.packing.registry import POLICIES, PolicyChoice, UnknownPolicyError, make_policy
 from gpuwise.decide.packing.state import ClusterState
 
 MODELS = ("T4", "V100")
@@ -47,10 +47,11 @@ def clusters(draw: st.DrawFn) -> tuple[Nodes, Pods]:
     return nodes, pods
 
 
-def replay(policy_name: str, nodes: Nodes, pods: Pods, order: Sequence[int], seed: int = 0) -> ClusterState:
+def replay(policy_name: PolicyChoice, nodes: Nodes, pods: Pods, order: Sequence[int], seed: int = 0) -> ClusterState:
     rng = np.random.default_rng(seed)
     state = ClusterState(nodes)
-    policy = make_policy(policy_name, PlacementContext.create(state, TargetWorkload.from_pods(pods), rng))
+    arrivals = TargetWorkload.from_pods(pods, 1.0)
+    policy = make_policy(policy_name, PlacementContext.create(state, TargetWorkload.from_pods(pods), rng, arrivals))
     for event, pod in enumerate(order):
         request = pods.request(pod)
         could_fit = bool(fits(state, request).any())
@@ -196,31 +197,22 @@ def test_the_multi_gpu_share_is_of_the_workloads_gpu_demand() -> None:
     assert TargetWorkload.from_pods(pods_of((1, 500), (0, 0), models=["T4"])).multi_gpu_share == 0.0
 
 
-def test_gpuwise_places_as_fgd_from_the_multi_gpu_share_on() -> None:
-    nodes = Nodes.build(names=["n"], cpu_milli=[8000], memory_mib=[8192], gpus=[2], models=["T4"])
-
-    def as_fgd(pods: Pods, switch: float = MULTI_GPU_SHARE_FOR_FGD) -> bool:
-        context = PlacementContext.create(ClusterState(nodes), TargetWorkload.from_pods(pods), np.random.default_rng(0))
-        return GpuwisePolicy(context, GpuwiseParameters(fgd_from_multi_gpu_share=switch)).as_fgd
-
-    heavy = pods_of((1, 500), (1, 500), (1, 500), (2, MILLI), models=["T4"])
-    share = TargetWorkload.from_pods(heavy).multi_gpu_share
-    assert as_fgd(heavy, share) and not as_fgd(heavy, float(np.nextafter(share, 1.0)))
-    assert as_fgd(heavy)
-    assert not as_fgd(pods_of((1, 500), (1, MILLI), (0, 0), models=["T4"]))  # no multi-GPU pods: two horizons
-    with pytest.raises(ValueError, match="fgd_from_multi_gpu_share must be in"):
-        GpuwiseParameters(fgd_from_multi_gpu_share=0.0)
-
-
 @given(clusters(), st.integers(0, 2**16))
 @settings(max_examples=40, deadline=None)
-def test_on_a_multi_gpu_heavy_workload_gpuwise_places_every_pod_where_fgd_does(
+def test_gpuwise_places_every_pod_where_the_policy_its_rehearsal_chose_does(
     cluster: tuple[Nodes, Pods], seed: int
 ) -> None:
     nodes, pods = cluster
-    assume(TargetWorkload.from_pods(pods).multi_gpu_share >= MULTI_GPU_SHARE_FOR_FGD)
+    assume((pods.total_gpu_milli > 0).any())
+    context = PlacementContext.create(
+        ClusterState(nodes),
+        TargetWorkload.from_pods(pods),
+        np.random.default_rng(0),
+        TargetWorkload.from_pods(pods, 1.0),
+    )
+    chosen = "fgd" if GpuwisePolicy(context).as_fgd else GpuwiseParameters(rehearsed_arrivals=0)
     order = list(range(len(pods)))
-    ours, theirs = replay("gpuwise", nodes, pods, order, seed), replay("fgd", nodes, pods, order, seed)
+    ours, theirs = replay("gpuwise", nodes, pods, order, seed), replay(chosen, nodes, pods, order, seed)
     assert {pod: b.placement for pod, b in ours.bindings.items()} == {
         pod: b.placement for pod, b in theirs.bindings.items()
     }

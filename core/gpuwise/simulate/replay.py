@@ -68,6 +68,15 @@ class Run:
     seconds: float
 
 
+def empty_cluster_context(
+    nodes: Nodes, pods: Pods, rng: np.random.Generator, workload: TargetWorkload | None = None
+) -> PlacementContext:
+    """What a policy is built from at the start of a replay: an empty cluster, the target
+    workload (``workload``, or the common shapes of ``pods``), and every shape of ``pods`` to arrive."""
+    workload = workload or TargetWorkload.from_pods(pods)
+    return PlacementContext.create(ClusterState(nodes), workload, rng, TargetWorkload.from_pods(pods, coverage=1.0))
+
+
 def replay(
     nodes: Nodes,
     pods: Pods,
@@ -81,10 +90,10 @@ def replay(
     """Place ``pods[order]`` one by one with the named policy; a pod that fits nowhere is
     dropped, or, with ``max_migrations``, may get in by moving up to that many running pods."""
     started = time.perf_counter()
-    state = ClusterState(nodes)
-    workload = workload or TargetWorkload.from_pods(pods)
-    fragmentation = FragmentationIndex(NextPodFragmentation(workload), state)
-    policy = make_policy(policy_name, PlacementContext.create(state, workload, rng))
+    context = empty_cluster_context(nodes, pods, rng, workload)
+    state = context.state
+    fragmentation = FragmentationIndex(NextPodFragmentation(context.workload), state)
+    policy = make_policy(policy_name, context)
     repacker = Repacker(policy, state, max_migrations) if max_migrations else None
     requests = [pods.request(i) for i in range(len(pods))]
     allocated = np.empty(len(order), dtype=np.int64)

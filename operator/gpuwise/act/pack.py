@@ -19,6 +19,7 @@ step as MIG changes, :func:`gpuwise.act.nodes.apply_on_idle_node`).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -182,9 +183,9 @@ def _fullest_fit(state: ClusterState, request: PodRequest, node: int) -> Placeme
 def place_workers(cluster: Cluster, request: PodRequest, workers: int, policy: str) -> list[str] | None:
     """The node of each worker, placed one after another by the planner; None if one fits nowhere."""
     state = cluster.state
-    workload = TargetWorkload.from_pods(cluster.workload)
+    workload, arrivals = TargetWorkload.from_pods(cluster.workload), TargetWorkload.from_pods(cluster.workload, 1.0)
     # Ties go to the first node in name order: deterministic, and it consolidates.
-    choose = make_policy(policy, PlacementContext(state, workload, np.argsort(np.argsort(state.nodes.names))))
+    choose = make_policy(policy, PlacementContext(state, workload, np.argsort(np.argsort(state.nodes.names)), arrivals))
     rng = np.random.default_rng(0)
     chosen: list[str] = []
     for worker in range(workers):
@@ -221,7 +222,10 @@ async def find_shares(
         candidates, pods, shared, job=f"{job.namespace}/{job.name}", extra_shapes=[shape] * workers
     )
     request = PodRequest(*shape, allowed_models=np.ones(len(cluster.state.nodes.models), dtype=np.bool_))
-    chosen = place_workers(cluster, request, workers, settings.packing_policy) if len(cluster.state.nodes) else None
+    chosen = None
+    if len(cluster.state.nodes):
+        # gpuwise's policy rehearses the cluster's mix first (a second or more): off the event loop.
+        chosen = await asyncio.to_thread(place_workers, cluster, request, workers, settings.packing_policy)
     if chosen is None:
         why = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
         raise NoSharedGpuError(f"no time-sliced GPU has room for {workers} worker(s)" + (f" ({why})" if why else ""))

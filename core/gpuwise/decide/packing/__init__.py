@@ -6,6 +6,7 @@
 - :mod:`~gpuwise.decide.packing.fragmentation` — FGD's and gpuwise's fragmentation measures;
 - :mod:`~gpuwise.decide.packing.policies` — random, best fit and FGD, as published;
 - :mod:`~gpuwise.decide.packing.gpuwise_policy` — gpuwise's own policy;
+- :mod:`~gpuwise.decide.packing.rehearsal` — which of two policies fills a cluster better, tried on its own mix;
 - :mod:`~gpuwise.decide.packing.repack` — admitting a pod by migrating a few others;
 - :mod:`~gpuwise.decide.packing.registry` — policies by name.
 """

@@ -43,15 +43,28 @@ class Policy(Protocol):
 @dataclass(frozen=True)
 class PlacementContext:
     """What policies are built from: the state they will be asked about, the workload to expect,
-    and the order in which nodes win ties (a fixed random ranking per run, lower wins)."""
+    the order in which nodes win ties (a fixed random ranking per run, lower wins), and every
+    shape expected to arrive, rare ones too (``None``: the workload's shapes)."""
 
     state: ClusterState
     workload: TargetWorkload
     node_rank: IntArray
+    arrivals: TargetWorkload | None = None
 
     @classmethod
-    def create(cls, state: ClusterState, workload: TargetWorkload, rng: np.random.Generator) -> PlacementContext:
-        return cls(state, workload, rng.permutation(len(state.nodes)))
+    def create(
+        cls,
+        state: ClusterState,
+        workload: TargetWorkload,
+        rng: np.random.Generator,
+        arrivals: TargetWorkload | None = None,
+    ) -> PlacementContext:
+        return cls(state, workload, rng.permutation(len(state.nodes)), arrivals)
+
+    @property
+    def mix(self) -> TargetWorkload:
+        """The shapes expected to arrive, by how often they do."""
+        return self.arrivals if self.arrivals is not None else self.workload
 
 
 def best_node(cands: Candidates, score: FloatArray, node_rank: IntArray) -> BoolArray:

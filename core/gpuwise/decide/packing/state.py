@@ -44,6 +44,20 @@ class ClusterState:
         self.revision: IntArray = np.zeros(len(nodes), dtype=np.int64)
         """Bumped on every change of a node, so caches of per-node summaries know what to redo."""
 
+    def copy(self) -> ClusterState:
+        """An independent copy: planning on it leaves this state as it is."""
+        twin = ClusterState.__new__(ClusterState)
+        twin.nodes = self.nodes
+        twin.cpu_free, twin.memory_free, twin.gpu_free = (
+            self.cpu_free.copy(),
+            self.memory_free.copy(),
+            self.gpu_free.copy(),
+        )
+        twin.bindings = dict(self.bindings)
+        twin.pods_on_node = [set(pods) for pods in self.pods_on_node]
+        twin.revision = self.revision.copy()
+        return twin
+
     @property
     def gpu_free_total(self) -> IntArray:
         """Free GPU milli per node."""

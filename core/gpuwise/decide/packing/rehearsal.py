@@ -1,0 +1,142 @@
+"""Which of two placement policies fills this cluster better, found by rehearsing both.
+
+The policy that allocates most depends on the mix of pod shapes a cluster sees: gpuwise's
+two-horizon measure leads FGD by a few tenths of a point on some mixes and trails it by as much on
+others, and neither a constant nor a summary of the mix (the multi-GPU share, say) tells them
+apart (README, "Held out"). So the cluster is asked instead. From its current state, pods drawn
+from its own mix of shapes arrive until their GPU demand reaches ``ratio`` times the capacity,
+and every candidate places the same arrivals, with the same node order for ties. What each has
+allocated when the arrived demand passes 100 % of the capacity, and at the end, is its score.
+
+Drawn from *every* shape, not only the target workload's most common ones: rehearsed on the
+common shapes alone, a policy that plans for exactly those looks 0.2-0.5 points better than it
+does on the trace. Pods never leave and memory is not asked, as in the simulator; a rehearsal
+is deterministic (its own seeds), so the same cluster and mix always get the same answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuwise.decide.packing.cluster import PodRequest
+from gpuwise.decide.packing.fragmentation import TargetWorkload
+from gpuwise.decide.packing.policies import PlacementContext, Policy
+
+REHEARSAL_RATIO = 1.3
+"""Arrivals go on until their GPU demand is this many times the capacity (as in the simulator)."""
+
+MAX_DRAWS = 200
+"""Draws a rehearsal stops at however few pods arrive in each (a cluster of a node or two)."""
+
+_DRAW_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class Score:
+    """A candidate's allocated GPU milli, mean over the arrival draws: when the arrived demand passed the
+    capacity, and when the arrivals ended."""
+
+    at_capacity: float
+    at_end: float
+
+    @property
+    def total(self) -> float:
+        return self.at_capacity + self.at_end
+
+
+def draw_arrivals(mix: TargetWorkload, demand_milli: float, rng: np.random.Generator) -> list[PodRequest]:
+    """Requests drawn from ``mix`` by weight, until the next would take their GPU demand past
+    ``demand_milli``. Raises ValueError if no shape of the mix asks for a GPU."""
+    per_shape = mix.num_gpu * mix.gpu_milli
+    if not per_shape.any():
+        raise ValueError("no shape of the mix asks for a GPU: its GPU demand never grows")
+    shapes: list[int] = []
+    total = 0
+    while True:
+        draws = rng.choice(len(mix), size=_DRAW_CHUNK, p=mix.weight)
+        running = total + np.cumsum(per_shape[draws])
+        over = np.flatnonzero(running > demand_milli)
+        if len(over):
+            shapes.extend(draws[: over[0]].tolist())
+            break
+        shapes.extend(draws.tolist())
+        total = int(running[-1])
+    return [
+        PodRequest(
+            cpu_milli=int(mix.cpu_milli[s]),
+            memory_mib=0,
+            num_gpu=int(mix.num_gpu[s]),
+            gpu_milli=int(mix.gpu_milli[s]),
+            allowed_models=mix.allowed[s],
+        )
+        for s in shapes
+    ]
+
+
+def rehearse(
+    context: PlacementContext,
+    candidates: Sequence[Callable[[PlacementContext], Policy]],
+    arrivals: int,
+    *,
+    max_draws: int = MAX_DRAWS,
+    ratio: float = REHEARSAL_RATIO,
+) -> list[Score]:
+    """Each candidate's :class:`Score`, over as many arrival draws as it takes for ``arrivals`` pods
+    to arrive in all (at most ``max_draws``), from ``context``'s state and mix; the state itself is
+    left as it is. Draw ``k`` takes its arrivals, then its node order for ties, from seed ``k``."""
+    if arrivals < 1:
+        raise ValueError(f"arrivals must be at least 1, got {arrivals}")
+    state, mix = context.state, context.mix
+    capacity = state.nodes.gpu_capacity_milli
+    allocated_before = state.allocated_gpu_milli
+    sums = np.zeros((len(candidates), 2))
+    arrived_in_all = draws = 0
+    while arrived_in_all < arrivals and draws < max_draws:
+        rng = np.random.default_rng(draws)
+        requests = draw_arrivals(mix, max(ratio * capacity - allocated_before, 0), rng)
+        node_rank = rng.permutation(len(state.nodes))
+        # The event after which the arrived demand (what runs already included) reaches the capacity.
+        arrived = allocated_before + np.cumsum([request.total_gpu_milli for request in requests])
+        at_capacity = min(int(np.searchsorted(arrived, capacity)), len(requests) - 1)
+        for row, candidate in enumerate(candidates):
+            rehearsal = state.copy()
+            policy = candidate(PlacementContext(rehearsal, context.workload, node_rank, context.arrivals))
+            place_rng = np.random.default_rng([draws, row])
+            reached = rehearsal.allocated_gpu_milli
+            for event, request in enumerate(requests):
+                where = policy(rehearsal, request, place_rng)
+                if where is not None:
+                    rehearsal.bind(-1 - event, request, where)
+                if event == at_capacity:
+                    reached = rehearsal.allocated_gpu_milli
+            sums[row] += (reached, rehearsal.allocated_gpu_milli)
+        draws += 1
+        arrived_in_all += max(len(requests), 1)
+    return [Score(float(at_capacity), float(at_end)) for at_capacity, at_end in sums / draws]
+
+
+def fingerprint(context: PlacementContext, *extra: object) -> str:
+    """A digest of what a rehearsal of ``context`` depends on (and ``extra``), for caching its
+    answer: the simulator builds a policy per seed on the same empty cluster."""
+    state = context.state
+    digest = hashlib.blake2b(repr(extra).encode(), digest_size=16)
+    nodes = state.nodes
+    arrays = (
+        nodes.cpu_milli,
+        nodes.memory_mib,
+        nodes.gpus,
+        nodes.model,
+        state.cpu_free,
+        state.memory_free,
+        state.gpu_free,
+    )
+    for array in arrays:
+        digest.update(np.ascontiguousarray(array).tobytes())
+    for workload in (context.workload, context.mix):
+        shapes = (workload.cpu_milli, workload.num_gpu, workload.gpu_milli, workload.allowed, workload.weight)
+        digest.update(b"".join(np.ascontiguousarray(array).tobytes() for array in shapes))
+    return digest.hexdigest()

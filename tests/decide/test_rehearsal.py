@@ -1,0 +1,185 @@
+"""The rehearsal: what it draws, that it scores what the simulator measures, and that its choice
+is the policy that fills more on arrivals it never saw."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
+from gpuwise.decide.packing.fragmentation import TargetWorkload
+from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters, GpuwisePolicy
+from gpuwise.decide.packing.policies import PlacementContext
+from gpuwise.decide.packing.registry import PolicyChoice, make_policy
+from gpuwise.decide.packing.rehearsal import REHEARSAL_RATIO, Score, draw_arrivals, fingerprint, rehearse
+from gpuwise.decide.packing.state import ClusterState
+from gpuwise.simulate.experiment import run_seed
+from gpuwise.simulate.replay import empty_cluster_context, replay
+
+TWO_HORIZONS = GpuwiseParameters(rehearsed_arrivals=0)
+
+
+def generated(seed: int, nodes_count: int = 40, pods_count: int = 300) -> tuple[Nodes, Pods]:
+    """A cluster of 2-, 4- and 8-GPU nodes and a trace of 3-6 pod shapes, all drawn from ``seed``."""
+    rng = np.random.default_rng(seed)
+    nodes = Nodes.build(
+        names=[f"n{i}" for i in range(nodes_count)],
+        cpu_milli=(rng.choice([32, 64, 96], size=nodes_count) * 1000).tolist(),
+        memory_mib=[1 << 20] * nodes_count,
+        gpus=rng.choice([2, 4, 8], size=nodes_count).tolist(),
+        models=["A100"] * nodes_count,
+    )
+    shapes = []
+    for _ in range(rng.integers(3, 7)):
+        kind = rng.choice(["share", "one", "multi", "cpu"], p=[0.35, 0.15, 0.4, 0.1])
+        cpu = int(rng.choice([2, 4, 8, 12, 16])) * 1000
+        if kind == "share":
+            shapes.append((cpu, 1, int(rng.choice([200, 250, 300, 400, 500, 600, 700, 810]))))
+        elif kind == "one":
+            shapes.append((cpu, 1, MILLI))
+        elif kind == "multi":
+            shapes.append((cpu * 2, int(rng.choice([2, 4, 8])), MILLI))
+        else:
+            shapes.append((cpu, 0, 0))
+    picks = rng.choice(len(shapes), size=pods_count, p=rng.dirichlet(np.ones(len(shapes))))
+    pods = Pods.build(
+        names=[f"p{i}" for i in range(pods_count)],
+        cpu_milli=[shapes[k][0] for k in picks],
+        memory_mib=[0] * pods_count,
+        num_gpu=[shapes[k][1] for k in picks],
+        gpu_milli=[shapes[k][2] for k in picks],
+        gpu_models=[()] * pods_count,
+        models=nodes.models,
+    )
+    return nodes, pods
+
+
+def mix_of(*shapes: tuple[int, int, int, float], models: int = 1) -> TargetWorkload:
+    """A mix of (cpu milli, GPUs, GPU milli, weight) shapes, each accepting every model."""
+    cpu, gpus, milli, weight = (np.array(column) for column in zip(*shapes, strict=True))
+    return TargetWorkload(
+        cpu_milli=cpu.astype(np.int64),
+        num_gpu=gpus.astype(np.int64),
+        gpu_milli=milli.astype(np.int64),
+        allowed=np.ones((len(shapes), models), dtype=np.bool_),
+        weight=weight.astype(np.float64),
+    )
+
+
+def test_arrivals_come_by_weight_until_the_next_would_pass_the_demand() -> None:
+    mix = mix_of((4000, 1, MILLI, 0.75), (2000, 1, 500, 0.25))
+    arrivals = draw_arrivals(mix, 10_000_000, np.random.default_rng(3))
+    demand = sum(request.total_gpu_milli for request in arrivals)
+    assert 10_000_000 - MILLI < demand <= 10_000_000
+    whole = [request for request in arrivals if request.gpu_milli == MILLI]
+    assert len(whole) / len(arrivals) == pytest.approx(0.75, abs=0.02)
+    assert {(r.cpu_milli, r.num_gpu, r.gpu_milli, r.memory_mib) for r in arrivals} == {
+        (4000, 1, MILLI, 0),
+        (2000, 1, 500, 0),
+    }
+    with pytest.raises(ValueError, match="no shape of the mix asks for a GPU"):
+        draw_arrivals(mix_of((4000, 0, 0, 1.0)), 1000, np.random.default_rng(0))
+
+
+def simulated(context: PlacementContext, choice: PolicyChoice, draw: int) -> Score:
+    """What the simulator's replay allocates, for ``choice`` on one rehearsal draw of an empty cluster."""
+    nodes = context.state.nodes
+    rng = np.random.default_rng(draw)
+    requests = draw_arrivals(context.mix, REHEARSAL_RATIO * nodes.gpu_capacity_milli, rng)
+    pods = Pods.build(
+        names=[str(i) for i in range(len(requests))],
+        cpu_milli=[r.cpu_milli for r in requests],
+        memory_mib=[r.memory_mib for r in requests],
+        num_gpu=[r.num_gpu for r in requests],
+        gpu_milli=[r.gpu_milli for r in requests],
+        gpu_models=[[m for m, ok in zip(nodes.models, r.allowed_models, strict=True) if ok] for r in requests],
+        models=nodes.models,
+    )
+    # The replay takes the node order for ties from the same generator, next: as the rehearsal does.
+    run = replay(nodes, pods, np.arange(len(pods)), choice, rng, workload=context.workload)
+    crossed = int(np.argmax(run.curve.arrived >= nodes.gpu_capacity_milli))
+    return Score(float(run.curve.allocated[crossed]), float(run.curve.allocated[-1]))
+
+
+@pytest.mark.parametrize("case", [0, 39])
+def test_a_rehearsal_scores_what_the_simulator_measures(case: int) -> None:
+    nodes, pods = generated(case)
+    context = empty_cluster_context(nodes, pods, np.random.default_rng(0))
+    candidates = [lambda c: make_policy(TWO_HORIZONS, c), lambda c: make_policy("fgd", c)]
+    assert rehearse(context, candidates, arrivals=1) == [
+        simulated(context, TWO_HORIZONS, 0),
+        simulated(context, "fgd", 0),
+    ]
+
+    # Draws go on until the arrivals are reached, or the most draws allowed; the score is their mean.
+    three = [simulated(context, "fgd", draw) for draw in range(3)]
+    mean = Score(statistics.fmean(s.at_capacity for s in three), statistics.fmean(s.at_end for s in three))
+    assert rehearse(context, candidates[1:], arrivals=10**9, max_draws=3) == [mean]
+    first = len(draw_arrivals(context.mix, REHEARSAL_RATIO * nodes.gpu_capacity_milli, np.random.default_rng(0)))
+    two = [simulated(context, "fgd", draw) for draw in range(2)]
+    assert rehearse(context, candidates[1:], arrivals=first + 1) == [
+        Score(statistics.fmean(s.at_capacity for s in two), statistics.fmean(s.at_end for s in two))
+    ]
+    with pytest.raises(ValueError, match="arrivals must be at least 1"):
+        rehearse(context, candidates, arrivals=0)
+
+
+def test_a_rehearsal_leaves_the_cluster_as_it_found_it_and_counts_what_runs() -> None:
+    nodes = Nodes.build(
+        names=["a", "b"], cpu_milli=[64_000] * 2, memory_mib=[1 << 20] * 2, gpus=[4, 4], models=["A"] * 2
+    )
+    state = ClusterState(nodes)
+    whole = mix_of((4000, 1, MILLI, 1.0))
+    one_gpu = PodRequest(cpu_milli=4000, memory_mib=0, num_gpu=1, gpu_milli=MILLI, allowed_models=np.ones(1, np.bool_))
+    for pod in range(8):
+        state.bind(pod, one_gpu, Placement(pod // 4, (pod % 4,)))
+    before = (state.cpu_free.copy(), state.gpu_free.copy(), dict(state.bindings), state.revision.copy())
+    context = PlacementContext(state, whole, np.arange(2))
+    # A full cluster: every arrival is turned away, and what runs is what each candidate has allocated.
+    assert rehearse(context, [lambda c: make_policy("fgd", c)], arrivals=5) == [Score(8000.0, 8000.0)]
+    assert np.array_equal(state.cpu_free, before[0]) and np.array_equal(state.gpu_free, before[1])
+    assert state.bindings == before[2] and np.array_equal(state.revision, before[3])
+
+
+def test_the_fingerprint_changes_with_what_changes_the_answer() -> None:
+    nodes, pods = generated(0)
+    context = empty_cluster_context(nodes, pods, np.random.default_rng(0))
+    same = empty_cluster_context(nodes, pods, np.random.default_rng(1))  # another node order for ties
+    assert fingerprint(context, TWO_HORIZONS) == fingerprint(same, TWO_HORIZONS)
+    assert fingerprint(context, TWO_HORIZONS) != fingerprint(context, GpuwiseParameters())
+    busy = empty_cluster_context(nodes, pods, np.random.default_rng(0))
+    gpu_pod = int(np.flatnonzero(pods.num_gpu == 1)[0])
+    busy.state.bind(0, pods.request(gpu_pod), Placement(int(np.argmax(nodes.gpus)), (0,)))
+    assert fingerprint(busy, TWO_HORIZONS) != fingerprint(context, TWO_HORIZONS)
+    fewer = TargetWorkload.from_pods(pods.take(np.arange(100)), 1.0)
+    other_mix = PlacementContext(context.state, context.workload, context.node_rank, fewer)
+    assert fingerprint(other_mix, TWO_HORIZONS) != fingerprint(context, TWO_HORIZONS)
+
+
+def held_out_gain(nodes: Nodes, pods: Pods, seeds: Sequence[int]) -> tuple[float, float]:
+    """The two horizons' allocation minus FGD's (mean of @100 and @130) on the trace's own
+    arrival orders: mean and standard error over ``seeds``."""
+    gains = []
+    for seed in seeds:
+        ours, fgd = run_seed(nodes, pods, TWO_HORIZONS, seed), run_seed(nodes, pods, "fgd", seed)
+        gains.append((ours.alloc_at_100 - fgd.alloc_at_100 + ours.alloc_at_130 - fgd.alloc_at_130) / 2)
+    return statistics.fmean(gains), statistics.stdev(gains) / len(gains) ** 0.5
+
+
+@pytest.mark.parametrize(("case", "fgd_fills_more"), [(0, False), (2, False), (39, True), (63, True)])
+def test_the_rehearsal_chooses_the_policy_that_fills_more_on_arrivals_it_never_saw(
+    case: int, fgd_fills_more: bool
+) -> None:
+    nodes, pods = generated(case)
+    seeds = range(100, 106)
+    gain, error = held_out_gain(nodes, pods, seeds)
+    assert (gain < 0) == fgd_fills_more and abs(gain) > 2 * error, "the case is no clear one either way"
+    policy = GpuwisePolicy(empty_cluster_context(nodes, pods, np.random.default_rng(0)))
+    assert policy.as_fgd == fgd_fills_more
+    # And the rehearsed policy allocates what the better of the two does, seed by seed.
+    better: PolicyChoice = "fgd" if fgd_fills_more else TWO_HORIZONS
+    for seed in seeds:
+        assert run_seed(nodes, pods, "gpuwise", seed).alloc_at_130 == run_seed(nodes, pods, better, seed).alloc_at_130
