@@ -4,12 +4,13 @@
                                       [--baseline bestfit] [--repack]
     .venv/bin/python -m bench.packing --leave-one-out [--jobs 2] [--cache FILE]
     .venv/bin/python -m bench.packing --repack-bound [--trace default] [--seeds 3]
-    .venv/bin/python -m bench.packing --mixes multigpu30,multigpu50 [--draw 0,1,2] [--seeds 10] [--jobs 2]
+    .venv/bin/python -m bench.packing --mixes multigpu30,multigpu50 [--draw 0,1,2] [--seeds 10] [--jobs 2] [--cache F]
 
 The second form scores gpuwise's policy on traces its parameters were not chosen on
 (`bench/packing_holdout.py`); the third sets repacking's gain against a re-solve from scratch
 and counts the restarts each costs (`bench/repack_bound.py`); the fourth pairs the defaults with
-FGD on shared or generated mixes (`--draw` seeds the resampling), seeds from `--first-seed`.
+FGD on shared or generated mixes (`--draw 0,1,2`: one resampling or more), beside the two
+horizons alone, seeds from `--first-seed`.
 
 Each seed replays the whole trace (8,152 pods resampled to 130 % of the 6,212 GPUs, about
 10,800 placements) in this process, one after another, so the figures are per seed on this

@@ -22,10 +22,11 @@ seed-to-seed spread: here, a mean paired gain above the standard deviation of th
 
 Results are cached by (trace, policy, seed) in `--cache`, so an interrupted run resumes.
 
-    .venv/bin/python -m bench.packing --mixes multigpu20,multigpu25 [--draw 1] [--seeds 6] [--jobs 2]
+    .venv/bin/python -m bench.packing --mixes multigpu20,multigpu25 [--draw 0,1,2] [--seeds 6] [--jobs 2]
 
-scores the defaults against FGD on the traces named (generated ones drawn with `--draw`), paired
-by seed, beside each workload's multi-GPU share: a quick look at a mix, not a held-out figure.
+scores the defaults against FGD on the traces named (generated ones drawn with each `--draw`),
+paired by seed, beside each workload's multi-GPU share, what gpuwise's rehearsal chose, and the
+two horizons without it: a look at mixes and the rehearsal, not a leave-one-out figure.
 """
 
 from __future__ import annotations
@@ -209,8 +210,8 @@ def mixes(
         "and with the two horizons alone; a draw resamples a generated trace"
     )
     header = (
-        f"{'trace':<12} {'draw':>4} {'multi-GPU':>9} {'placed as':>10} {'gain @100':>18} {'gain @130':>18}"
-        f" {'alone @100':>18} {'alone @130':>18}"
+        f"{'trace':<12} {'draw':>4} {'multi-GPU':>9} {'placed as':>10} {'gain @100':>19} {'gain @130':>19}"
+        f" {'alone @100':>19} {'alone @130':>19}"
     )
     print(header)
     print("-" * len(header))
@@ -219,14 +220,14 @@ def mixes(
             share = TargetWorkload.from_pods(_trace(data, trace, draw)[1]).multi_gpu_share
             paired = [Paired.of(results[draw].gains(trace, p, seeds, f)) for p in policies[1:] for f in FIELDS]
             placed = "fgd" if as_fgd[(trace, draw)] else "2 horizons"
-            print(f"{trace:<12} {draw:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>18}" for p in paired))
+            print(f"{trace:<12} {draw:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>19}" for p in paired))
         if len(draws) > 1:
             pooled = [
                 Paired.of([g for draw in draws for g in results[draw].gains(trace, p, seeds, f)])
                 for p in policies[1:]
                 for f in FIELDS
             ]
-            print(f"{trace:<12} {'all':>4} {'':>9} {'':>10} " + " ".join(f"{p!s:>18}" for p in pooled))
+            print(f"{trace:<12} {'all':>4} {'':>9} {'':>10} " + " ".join(f"{p!s:>19}" for p in pooled))
     return 0
 
 
