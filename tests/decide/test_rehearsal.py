@@ -183,3 +183,12 @@ def test_the_rehearsal_chooses_the_policy_that_fills_more_on_arrivals_it_never_s
     better: PolicyChoice = "fgd" if fgd_fills_more else TWO_HORIZONS
     for seed in seeds:
         assert run_seed(nodes, pods, "gpuwise", seed).alloc_at_130 == run_seed(nodes, pods, better, seed).alloc_at_130
+
+
+def test_the_rehearsal_budget_is_checked_and_named_in_the_label() -> None:
+    # Labels key the benchmarks' caches: the policy without its rehearsal must never share one.
+    assert GpuwiseParameters().label == "gpuwise(w=0.5,r=40)"
+    assert TWO_HORIZONS.label == "gpuwise(w=0.5,r=40,rehearsed=0)"
+    assert GpuwiseParameters(0.7, 25, rehearsed_arrivals=500).two_horizons_only == GpuwiseParameters(0.7, 25, 0)
+    with pytest.raises(ValueError, match=r"rehearsed_arrivals must be 0 \(never place as FGD\) or more, got -1"):
+        GpuwiseParameters(rehearsed_arrivals=-1)
