@@ -121,6 +121,7 @@ class NodeAgent:
         self.nodes = self.client.resources.get(api_version="v1", kind="Node")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        self.passes = 0  # full passes over the nodes so far
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -135,6 +136,16 @@ class NodeAgent:
             for item in self.nodes.get().items:
                 body = item.to_dict()
                 self.react(body["metadata"]["name"], body["metadata"].get("labels") or {})
+            self.passes += 1
+
+    async def caught_up(self, timeout: float = 10.0) -> None:
+        """Return once a whole pass over the nodes began after this call: the agent has seen and
+        answered the nodes as they are now (a fixed sleep is not enough on a loaded machine)."""
+        wanted = self.passes + 2
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.passes < wanted:
+            assert asyncio.get_running_loop().time() < deadline, f"{type(self).__name__} made no pass in {timeout} s"
+            await asyncio.sleep(0.02)
 
     def react(self, name: str, labels: dict[str, str]) -> None:
         raise NotImplementedError

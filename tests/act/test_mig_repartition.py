@@ -6,7 +6,6 @@ owner's change in flight, and a resumed action."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from datetime import UTC, datetime
@@ -237,7 +236,7 @@ async def test_one_jobs_resize_repartitions_only_the_gpus_the_plan_says(kube: Ku
         await kube.create(body)
     job = job_view()
     with MigManager(str(emulator.kubeconfig)) as manager:
-        await asyncio.sleep(0.2)  # it has seen the nodes as they run now
+        await manager.caught_up()  # it has seen the nodes as they run now
         before = list(manager.layouts["gpu-1"])
         record, progress = await drive(MIG_REPARTITION, "prepare", job, planned(job), kube=kube, settings=SETTINGS)
     assert isinstance(progress, Progress) and progress.ready, progress
@@ -283,7 +282,7 @@ async def test_the_label_contract_pending_then_success(kube: Kube, emulator: Emu
             progress = await MIG_REPARTITION.prepare(job, record, ctx)
             record = record.model_copy(update={"details": {**record.details, **progress.details}})
             messages.append(progress.message)
-            await asyncio.sleep(0.3)
+            await manager.caught_up()
         assert conflict.answered == 1 and "changed while gpuwise wrote" in messages[1]
         labels = await labels_of(kube, "gpu-1")
         assert labels["nvidia.com/mig.config"] == record.details["migConfig"]
@@ -422,7 +421,7 @@ async def test_a_resumed_action_does_not_ask_again(kube: Kube, emulator: Emulato
         for _ in range(3):  # choose, then cordon + evict + set the config, then follow the state
             progress = await MIG_REPARTITION.prepare(job, record, ctx)
             record = record.model_copy(update={"details": {**record.details, **progress.details}})
-        await asyncio.sleep(0.3)
+        await manager.caught_up()
         assert (await labels_of(kube, "gpu-1")).get("nvidia.com/mig.config.state") == "pending"
         # "Restarted": the same record again, while MIG Manager is still pending.
         again = await MIG_REPARTITION.prepare(job, record, ctx)
