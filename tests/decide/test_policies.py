@@ -50,8 +50,7 @@ def clusters(draw: st.DrawFn) -> tuple[Nodes, Pods]:
 def replay(policy_name: PolicyChoice, nodes: Nodes, pods: Pods, order: Sequence[int], seed: int = 0) -> ClusterState:
     rng = np.random.default_rng(seed)
     state = ClusterState(nodes)
-    arrivals = TargetWorkload.from_pods(pods, 1.0)
-    policy = make_policy(policy_name, PlacementContext.create(state, TargetWorkload.from_pods(pods), rng, arrivals))
+    policy = make_policy(policy_name, PlacementContext.for_pods(state, pods, rng.permutation(len(nodes))))
     for event, pod in enumerate(order):
         request = pods.request(pod)
         could_fit = bool(fits(state, request).any())
@@ -204,12 +203,7 @@ def test_gpuwise_places_every_pod_where_the_policy_its_rehearsal_chose_does(
 ) -> None:
     nodes, pods = cluster
     assume((pods.total_gpu_milli > 0).any())
-    context = PlacementContext.create(
-        ClusterState(nodes),
-        TargetWorkload.from_pods(pods),
-        np.random.default_rng(0),
-        TargetWorkload.from_pods(pods, 1.0),
-    )
+    context = PlacementContext.for_pods(ClusterState(nodes), pods, np.random.default_rng(0).permutation(len(nodes)))
     chosen = "fgd" if GpuwisePolicy(context).as_fgd else GpuwiseParameters(rehearsed_arrivals=0)
     order = list(range(len(pods)))
     ours, theirs = replay("gpuwise", nodes, pods, order, seed), replay(chosen, nodes, pods, order, seed)

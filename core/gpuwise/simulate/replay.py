@@ -73,8 +73,7 @@ def empty_cluster_context(
 ) -> PlacementContext:
     """What a policy is built from at the start of a replay: an empty cluster, the target
     workload (``workload``, or the common shapes of ``pods``), and every shape of ``pods`` to arrive."""
-    workload = workload or TargetWorkload.from_pods(pods)
-    return PlacementContext.create(ClusterState(nodes), workload, rng, TargetWorkload.from_pods(pods, coverage=1.0))
+    return PlacementContext.for_pods(ClusterState(nodes), pods, rng.permutation(len(nodes)), workload)
 
 
 def replay(

@@ -36,7 +36,6 @@ from gpuwise.api.kinds import GPU_SHARE_CHANGE, MIG_PROFILE_CHANGE, SHARE_CHANGE
 from gpuwise.api.trainingjob import ActionRecord, Recommendation
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fit import placement
-from gpuwise.decide.packing.fragmentation import TargetWorkload
 from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
@@ -183,9 +182,10 @@ def _fullest_fit(state: ClusterState, request: PodRequest, node: int) -> Placeme
 def place_workers(cluster: Cluster, request: PodRequest, workers: int, policy: str) -> list[str] | None:
     """The node of each worker, placed one after another by the planner; None if one fits nowhere."""
     state = cluster.state
-    workload, arrivals = TargetWorkload.from_pods(cluster.workload), TargetWorkload.from_pods(cluster.workload, 1.0)
     # Ties go to the first node in name order: deterministic, and it consolidates.
-    choose = make_policy(policy, PlacementContext(state, workload, np.argsort(np.argsort(state.nodes.names)), arrivals))
+    choose = make_policy(
+        policy, PlacementContext.for_pods(state, cluster.workload, np.argsort(np.argsort(state.nodes.names)))
+    )
     rng = np.random.default_rng(0)
     chosen: list[str] = []
     for worker in range(workers):

@@ -83,6 +83,11 @@ class TargetWorkload:
         return len(self.weight)
 
     @property
+    def total_gpu_milli(self) -> IntArray:
+        """GPU milli each shape asks for in all (``num_gpu * gpu_milli``)."""
+        return self.num_gpu * self.gpu_milli
+
+    @property
     def multi_gpu_share(self) -> float:
         """The share of the workload's GPU milli that its multi-GPU shapes ask for."""
         demand = self.weight * self.num_gpu * self.gpu_milli

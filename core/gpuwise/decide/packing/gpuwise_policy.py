@@ -110,7 +110,7 @@ class GpuwisePolicy:
 
     def _fgd_fills_more(self, context: PlacementContext) -> bool:
         arrivals = self.parameters.rehearsed_arrivals
-        if not arrivals or not (context.mix.num_gpu * context.mix.gpu_milli).any():
+        if not arrivals or not context.mix.total_gpu_milli.any():
             return False
         key = fingerprint(context, self.parameters)
         if key not in _CHOICES:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuwise.decide.packing.cluster import MILLI, BoolArray, FloatArray, IntArray, Placement, PodRequest
+from gpuwise.decide.packing.cluster import MILLI, BoolArray, FloatArray, IntArray, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fit import Candidates, candidates, fits, placement
 from gpuwise.decide.packing.fragmentation import FragmentationIndex, NextPodFragmentation, TargetWorkload
 from gpuwise.decide.packing.state import ClusterState
@@ -52,14 +52,17 @@ class PlacementContext:
     arrivals: TargetWorkload | None = None
 
     @classmethod
-    def create(
-        cls,
-        state: ClusterState,
-        workload: TargetWorkload,
-        rng: np.random.Generator,
-        arrivals: TargetWorkload | None = None,
+    def create(cls, state: ClusterState, workload: TargetWorkload, rng: np.random.Generator) -> PlacementContext:
+        return cls(state, workload, rng.permutation(len(state.nodes)))
+
+    @classmethod
+    def for_pods(
+        cls, state: ClusterState, pods: Pods, node_rank: IntArray, workload: TargetWorkload | None = None
     ) -> PlacementContext:
-        return cls(state, workload, rng.permutation(len(state.nodes)), arrivals)
+        """The context for a cluster that sees ``pods``: their common shapes as the target workload
+        (unless ``workload`` is given), and every shape of theirs to arrive."""
+        workload = workload or TargetWorkload.from_pods(pods)
+        return cls(state, workload, node_rank, TargetWorkload.from_pods(pods, coverage=1.0))
 
     @property
     def mix(self) -> TargetWorkload:

@@ -51,7 +51,7 @@ class Score:
 def draw_arrivals(mix: TargetWorkload, demand_milli: float, rng: np.random.Generator) -> list[PodRequest]:
     """Requests drawn from ``mix`` by weight, until the next would take their GPU demand past
     ``demand_milli``. Raises ValueError if no shape of the mix asks for a GPU."""
-    per_shape = mix.num_gpu * mix.gpu_milli
+    per_shape = mix.total_gpu_milli
     if not per_shape.any():
         raise ValueError("no shape of the mix asks for a GPU: its GPU demand never grows")
     shapes: list[int] = []
