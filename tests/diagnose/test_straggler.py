@@ -17,7 +17,7 @@ import sys
 from array import array
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuwise.diagnose.straggler import (
@@ -65,6 +65,11 @@ def test_quiet_jobs_have_no_stragglers(seed: int) -> None:
 
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
+# Two of 13-15 workers with 6 % noise, 12-20 % slow together for 2-4 samples by chance: a group
+# with as little evidence as that was reported before its members' noise was weighed.
+@example(seed=311728)
+@example(seed=2494)
+@example(seed=3835)
 def test_a_job_wide_slowdown_is_not_a_straggler(seed: int) -> None:
     assert detect_stragglers(synthetic_job(random.Random(seed), job_wide_spike=True)) == []
 
@@ -428,6 +433,18 @@ def test_a_minority_group_slowed_together_is_one_straggler_group(seed: int) -> N
     assert all(e.group == tuple(sorted(hit)) for e in episodes)
     assert all(1000 <= e.start <= 1080 and 1470 <= e.end <= 1510 for e in episodes), episodes
     assert all(1.1 <= e.peak_slowdown < 1.25 for e in episodes), "slower than a group must be, not than one alone"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_clear_group_as_short_as_an_episodes_opening_is_found(seed: int) -> None:
+    """3 of 10 workers with 2 % noise 20 % slow for 4 samples: far clearer than the noise, however
+    short (a noisy group that short is not: `test_a_job_wide_slowdown_is_not_a_straggler`)."""
+    samples, _ = group_job(random.Random(seed), 10, 0, 1.0)
+    for worker in (2, 5, 7):
+        samples = inject(samples, worker, 1000, 1030, 1.2)
+    assert [(e.worker, e.start, e.end, e.group) for e in detect_stragglers(samples)] == [
+        (worker, 1000, 1030, (2, 5, 7)) for worker in (2, 5, 7)
+    ]
 
 
 @pytest.mark.parametrize("seed", range(10))

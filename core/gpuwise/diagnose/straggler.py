@@ -33,8 +33,13 @@ only that:
    its median sample is `min_group_slowdown` slow, not just its entry (noise around a 7 % slowdown
    now and then crosses 10 % three samples in four). At least two such episodes overlapping in
    time, of fewer than half of the job's workers, are a group; half or more are the job itself
-   slowing (step 1 already sees most of those as no one's). Each member is reported with the
-   group (`Episode.group`): a member that is a straggler alone too keeps that episode's window.
+   slowing (step 1 already sees most of those as no one's). The group must be as clear as a
+   worker alone is when its episode opens: `enter_count` samples `min_z` above its baseline add
+   up to `min_z` × √`enter_count` (Stouffer's), and so must the members' slowdowns over the
+   group's span, each in standard errors of its span's median. Among a dozen workers with 6 %
+   noise, two will now and then run 12 % slow together for three or four samples by chance.
+   Each member is reported with the group (`Episode.group`): a member that is a straggler alone
+   too keeps that episode's window.
 
 The defaults come from those principles, not from any one trace; `bench/stragglers.py` runs them
 on Alibaba PAI traces the detector was not fitted to.
@@ -50,7 +55,7 @@ import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from gpuwise.diagnose.window import Points, step_values
 
@@ -63,6 +68,7 @@ MIN_GROUP = 2  # the fewest workers that make a straggler group
 MAD_TO_SIGMA = 1.4826  # a normal distribution's sigma from its median absolute deviation
 # Samples that `_WorkerState.skip_ahead` judges one by one before it takes the rolling medians.
 _CHEAP_CANDIDATES = 3
+_MEDIAN_ERROR = math.sqrt(math.pi / 2)  # a median's standard error over a mean's, for normal noise
 
 
 @dataclass(frozen=True)
@@ -506,19 +512,35 @@ def _group(run: list[Episode], ratios: PeerRatios, policy: StragglerPolicy) -> t
     workers outside the run are slowed and unslowed ones mixed, and many move against their median.
     A worker slowed with the group that opened no episode (a member faster than the rest before,
     and barely behind the median of all after) is taken out of the rest for a second measure, but
-    not named: it has no episode to report.
+    not named: it has no episode to report. Last, the group's slowdowns must be clear of the
+    members' noise, by as much as a worker's alone when its episode opens (module docstring,
+    point 5).
     """
     workers = {e.worker for e in run}
     if len(workers) < MIN_GROUP:
         return ()
     span, opening = (min(e.start for e in run), max(e.end for e in run)), policy.group_member.min_slowdown
-    slowdowns: dict[int, float] = {}
+    measures: dict[int, _Slowdown] = {}
     for _ in range(2):  # once more without the workers that slowed with the run but opened no episode
-        rest = _rest_medians(ratios, workers | {w for w, slowdown in slowdowns.items() if slowdown >= opening})
-        slowdowns = {worker: _slowdown_against(series, rest, *span) for worker, series in ratios.items()}
-    group = tuple(sorted(w for w in workers if slowdowns[w] >= policy.min_group_slowdown))
-    slowed = sum(slowdown >= opening for slowdown in slowdowns.values())
-    return group if len(group) >= MIN_GROUP and slowed < len(ratios) / 2 else ()
+        rest = _rest_medians(ratios, workers | {w for w, m in measures.items() if m.slowdown >= opening})
+        measures = {
+            worker: _slowdown_against(series, rest, *span, policy.min_relative_sigma)
+            for worker, series in ratios.items()
+        }
+    group = tuple(sorted(w for w in workers if measures[w].slowdown >= policy.min_group_slowdown))
+    slowed = sum(m.slowdown >= opening for m in measures.values())
+    if len(group) < MIN_GROUP or slowed >= len(ratios) / 2:
+        return ()
+    evidence = sum(measures[w].z for w in group) / math.sqrt(len(group))  # Stouffer's
+    return group if evidence >= policy.min_z * math.sqrt(policy.enter_count) else ()
+
+
+class _Slowdown(NamedTuple):
+    """A worker's slowdown against the rest of the job over a span (`_slowdown_against`), and how
+    many standard errors of its span's median above its usual pace that is."""
+
+    slowdown: float
+    z: float
 
 
 def _rest_medians(ratios: PeerRatios, excluded: set[int]) -> dict[float, float]:
@@ -535,14 +557,21 @@ def _rest_medians(ratios: PeerRatios, excluded: set[int]) -> dict[float, float]:
 
 
 def _slowdown_against(
-    series: Sequence[tuple[float, float]], rest: Mapping[float, float], start: float, end: float
-) -> float:
+    series: Sequence[tuple[float, float]], rest: Mapping[float, float], start: float, end: float, floor: float
+) -> _Slowdown:
     """How much slower against `rest` (`_rest_medians`) a worker ran from `start` to `end` than it
     does otherwise: the median of its ratios to the rest inside over the median of those outside,
     before and after alike. Not against the baseline a member's episode opened with: the median of
     all workers moves as a group leaves the middle of their order, and a baseline learnt while most
     of the job was slowed (the worker ran ahead) is not its usual pace. 0 where there is nothing
-    to compare."""
+    to compare.
+
+    The z-score is the inside median's excess over the standard error of a median of that many
+    samples (√(π/2) σ/√n), with σ from the outside ratios' spread as a baseline's is taken
+    (`_WorkerState.baseline`, `floor` for `min_relative_sigma`). Not the members' per-sample
+    z-scores: a worker that is often the median of all has a ratio of exactly 1 then, and a
+    spread that looks far smaller than it is.
+    """
     inside: list[float] = []
     outside: list[float] = []
     for time, ratio in series:
@@ -550,7 +579,13 @@ def _slowdown_against(
         if middle > 0:
             (inside if start <= time <= end else outside).append(ratio / middle)
     usual = median(outside) if outside else math.nan
-    return median(inside) / usual if inside and usual > 0 else 0.0
+    if not (inside and usual > 0):
+        return _Slowdown(0.0, 0.0)
+    typical = median(inside)
+    sigma = max(MAD_TO_SIGMA * median([abs(r - usual) for r in outside]), floor * usual)
+    error = sigma * _MEDIAN_ERROR / math.sqrt(len(inside))
+    z = (typical - usual) / error if error > 0 else math.inf if typical > usual else 0.0
+    return _Slowdown(typical / usual, z)
 
 
 def _overlapping(episodes: Iterable[Episode]) -> list[list[Episode]]:
