@@ -12,9 +12,19 @@ import pytest
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Placement, PodRequest, Pods
 from gpuwise.decide.packing.fragmentation import TargetWorkload
 from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters, GpuwisePolicy
-from gpuwise.decide.packing.policies import PlacementContext
+from gpuwise.decide.packing.policies import PlacementContext, Policy
 from gpuwise.decide.packing.registry import PolicyChoice, make_policy
-from gpuwise.decide.packing.rehearsal import REHEARSAL_RATIO, Score, draw_arrivals, fingerprint, rehearse
+from gpuwise.decide.packing.rehearsal import (
+    CLEAR_ERRORS,
+    REHEARSAL_RATIO,
+    UNDECIDED_EXTENSION,
+    Score,
+    Verdict,
+    compare,
+    draw_arrivals,
+    fingerprint,
+    rehearse,
+)
 from gpuwise.decide.packing.state import ClusterState
 from gpuwise.simulate.experiment import run_seed
 from gpuwise.simulate.replay import empty_cluster_context, replay
@@ -125,6 +135,46 @@ def test_a_rehearsal_scores_what_the_simulator_measures(case: int) -> None:
     ]
     with pytest.raises(ValueError, match="arrivals must be at least 1"):
         rehearse(context, candidates, arrivals=0)
+
+
+@pytest.mark.parametrize(("case", "decided_after"), [(0, 2), (25, 5), (63, 2)])
+def test_a_comparison_draws_on_while_neither_policy_is_clearly_ahead(case: int, decided_after: int) -> None:
+    nodes, pods = generated(case)
+    context = empty_cluster_context(nodes, pods, np.random.default_rng(0))
+    capacity = nodes.gpu_capacity_milli
+    arrived = np.cumsum(
+        [len(draw_arrivals(context.mix, REHEARSAL_RATIO * capacity, np.random.default_rng(k))) for k in range(60)]
+    )
+    arrivals = int(arrived[1])  # two draws at the least
+
+    def two(c: PlacementContext) -> Policy:
+        return make_policy(TWO_HORIZONS, c)
+
+    def fgd(c: PlacementContext) -> Policy:
+        return make_policy("fgd", c)
+
+    # A policy against itself is never ahead: the draws go on until four times the arrivals.
+    same = compare(context, fgd, fgd, arrivals)
+    assert same == Verdict(0.0, 0.0, int(np.searchsorted(arrived, UNDECIDED_EXTENSION * arrivals)) + 1)
+    assert not same.clear_lead and not same.decided
+
+    # The verdict is the mean and standard error of each draw's difference, as the simulator
+    # measures them, and the draws stopped at the first one past the arrivals where one was ahead.
+    verdict = compare(context, two, fgd, arrivals)
+    assert verdict.draws == decided_after
+    draws = range(verdict.draws)
+    gains = [simulated(context, TWO_HORIZONS, k).total - simulated(context, "fgd", k).total for k in draws]
+
+    def after(draws: int) -> Verdict:
+        return Verdict(statistics.fmean(gains[:draws]), statistics.stdev(gains[:draws]) / np.sqrt(draws), draws)
+
+    assert verdict.gain == pytest.approx(after(verdict.draws).gain)
+    assert verdict.error == pytest.approx(after(verdict.draws).error)
+    assert verdict.decided or arrived[verdict.draws - 1] >= UNDECIDED_EXTENSION * arrivals
+    assert all(not after(k).decided for k in range(2, verdict.draws))
+    assert verdict.clear_lead == (verdict.gain > CLEAR_ERRORS * verdict.error)
+    with pytest.raises(ValueError, match="arrivals must be at least 1"):
+        compare(context, two, fgd, 0)
 
 
 def test_a_rehearsal_leaves_the_cluster_as_it_found_it_and_counts_what_runs() -> None:

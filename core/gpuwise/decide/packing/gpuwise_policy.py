@@ -19,8 +19,9 @@ about as good, take the node that comes first in a fixed order — and changes t
 One exception: on some mixes of pod shapes FGD fills the cluster better (generated mixes from
 the default trace, README "Held out"), and no constant and no summary of the mix, such as the
 share of multi-GPU pods, says which. So before it places anything the policy rehearses both
-(:mod:`~gpuwise.decide.packing.rehearsal`): pods drawn from the cluster's own mix arrive, and where
-FGD allocates more, the policy places as FGD does.
+(:mod:`~gpuwise.decide.packing.rehearsal`): pods drawn from the cluster's own mix arrive, and unless
+the two horizons allocate clearly more (by two standard errors over the draws), the policy places
+as FGD does.
 
 Measured with ``gpuwise simulate packing`` on the Alibaba trace, it allocates more than FGD on
 the default, GPU-sharing-heavy and multi-GPU-heavy workloads, by a few tenths of a point: at
@@ -45,7 +46,7 @@ from gpuwise.decide.packing.fragmentation import (
     checked_weight,
 )
 from gpuwise.decide.packing.policies import FragmentationGradientPolicy, PlacementContext, best_candidate
-from gpuwise.decide.packing.rehearsal import fingerprint, rehearse
+from gpuwise.decide.packing.rehearsal import compare, fingerprint
 from gpuwise.decide.packing.state import ClusterState
 
 RESOLUTION_MILLI = 40.0
@@ -53,9 +54,9 @@ RESOLUTION_MILLI = 40.0
 
 REHEARSED_ARRIVALS = 30_000
 """Pods that arrive, over as many draws as that takes, before the policy chooses between its two
-horizons and FGD: three to five draws on the Alibaba cluster (6,600-14,900 pods each), whose
-rehearsed gains differ by 0.02-0.09 points from draw to draw, well under the 0.1-0.3 points that
-separate the mixes; a hundred or more on a cluster of tens of nodes, whose draws differ by points."""
+horizons and FGD: three to five draws on the Alibaba cluster (6,600-14,900 pods each), a hundred
+or more on a cluster of tens of nodes, whose draws differ by points. Where neither is clearly
+ahead by then, up to four times as many (:func:`~gpuwise.decide.packing.rehearsal.compare`)."""
 
 _CHOICES: dict[str, bool] = {}
 """Rehearsed choices (as FGD or not) by what they depend on; see :func:`rehearsal.fingerprint`."""
@@ -105,22 +106,22 @@ class GpuwisePolicy:
 
     @property
     def as_fgd(self) -> bool:
-        """Whether the rehearsal found that FGD fills this cluster better, so the policy places as FGD."""
+        """Whether the rehearsal showed no clear lead of the two horizons over FGD, so the policy places as FGD."""
         return self._fgd is not None
 
     def _fgd_fills_more(self, context: PlacementContext) -> bool:
+        """Whether the rehearsal showed no clear lead of the two horizons over FGD: the reference
+        is departed from only where that pays beyond the rehearsal's own noise."""
         arrivals = self.parameters.rehearsed_arrivals
         if not arrivals or not context.mix.total_gpu_milli.any():
             return False
         key = fingerprint(context, self.parameters)
         if key not in _CHOICES:
-            two_horizons = self.parameters.two_horizons_only
-            ours, fgd = rehearse(
-                context, [partial(GpuwisePolicy, parameters=two_horizons), FragmentationGradientPolicy], arrivals
-            )
+            two_horizons = partial(GpuwisePolicy, parameters=self.parameters.two_horizons_only)
+            verdict = compare(context, two_horizons, FragmentationGradientPolicy, arrivals)
             while len(_CHOICES) >= _CHOICES_KEPT:
                 del _CHOICES[next(iter(_CHOICES))]
-            _CHOICES[key] = fgd.total > ours.total
+            _CHOICES[key] = not verdict.clear_lead
         return _CHOICES[key]
 
     def __call__(self, state: ClusterState, request: PodRequest, rng: np.random.Generator) -> Placement | None:
