@@ -177,6 +177,20 @@ def test_a_comparison_draws_on_while_neither_policy_is_clearly_ahead(case: int, 
         compare(context, two, fgd, 0)
 
 
+def test_without_a_clear_lead_the_policy_places_as_fgd() -> None:
+    """On case 6 the two horizons allocate a little more over the draws a small budget allows, but
+    not by two standard errors: the policy places as FGD, the reference."""
+    nodes, pods = generated(6)
+    context = empty_cluster_context(nodes, pods, np.random.default_rng(0))
+    capacity = nodes.gpu_capacity_milli
+    arrivals = sum(
+        len(draw_arrivals(context.mix, REHEARSAL_RATIO * capacity, np.random.default_rng(k))) for k in range(2)
+    )
+    verdict = compare(context, lambda c: make_policy(TWO_HORIZONS, c), lambda c: make_policy("fgd", c), arrivals)
+    assert verdict.gain > 0 and not verdict.decided and verdict.draws > 2
+    assert GpuwisePolicy(context, GpuwiseParameters(rehearsed_arrivals=arrivals)).as_fgd
+
+
 def test_a_rehearsal_leaves_the_cluster_as_it_found_it_and_counts_what_runs() -> None:
     nodes = Nodes.build(
         names=["a", "b"], cpu_milli=[64_000] * 2, memory_mib=[1 << 20] * 2, gpus=[4, 4], models=["A"] * 2
