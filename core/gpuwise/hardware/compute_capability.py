@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from typing import Final
+
+from gpuwise.hardware.model_names import model_key
 
 # Compute capability by GPU family, from the modelName label NVML reports (e.g. "NVIDIA H100 80GB HBM3").
 # NVML writes "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB": match a token.
@@ -49,7 +50,7 @@ def amp_speedup_bound(gain: float, busy: float) -> float:
 @functools.cache  # a handful of models, asked for by every job each cycle
 def compute_capability(model: str | None) -> tuple[int, int] | None:
     """A GPU's CUDA compute capability from its NVML model name; None for a model not listed."""
-    tokens = re.split(r"[^A-Za-z0-9]+", model or "")
+    tokens = model_key(model or "").split()
     return next((COMPUTE_CAPABILITY[t] for t in tokens if t in COMPUTE_CAPABILITY), None)
 
 

@@ -15,9 +15,10 @@ A100 (40GB and 80GB, SXM4 and PCIe), A30, A40, A10, L40S, L40, L4, T4, V100 (SXM
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from typing import Final
+
+from gpuwise.hardware.model_names import model_key
 
 MIB_PER_GB: Final = 1000**3 / 2**20
 # The node label NVIDIA's GPU feature discovery puts a node's GPU model in: NVML's name, with dashes.
@@ -66,19 +67,14 @@ SPECS: Final[tuple[GpuSpec, ...]] = (
 )
 
 
-def _key(name: str) -> str:
-    """NVML's "NVIDIA A100-SXM4-80GB" and the node label's "NVIDIA-A100-SXM4-80GB" alike."""
-    return " ".join(re.split(r"[^A-Z0-9]+", name.upper())).strip()
-
-
-_BY_NAME: Final = {_key(name): spec for spec in SPECS for name in spec.names}
+_BY_NAME: Final = {model_key(name): spec for spec in SPECS for name in spec.names}
 
 
 @functools.cache  # a handful of models, asked for by every oversized job each cycle
 def gpu_spec(name: str | None) -> GpuSpec | None:
     """The datasheet figures of a GPU model by its NVML name, its `nvidia.com/gpu.product` label
     value or a short name ("L4"); None for a model not listed."""
-    return _BY_NAME.get(_key(name)) if name else None
+    return _BY_NAME.get(model_key(name)) if name else None
 
 
 def known_models() -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwise.hardware.model_names import model_key
+
 COMPUTE_SLICES = 7
 MEMORY_SLICES = 8
 
@@ -102,12 +104,12 @@ _ALIASES = {
 
 def gpu_model(name: str) -> GpuModel:
     """The MIG profile table of a GPU model, by short name or NVML product name."""
-    wanted = name.strip().replace("-", " ").upper()
+    wanted = model_key(name)
     for known, model in GPU_MODELS.items():
-        if known.replace("-", " ").upper() == wanted:
+        if model_key(known) == wanted:
             return model
     for product, known in _ALIASES.items():
-        if product.replace("-", " ").upper() == wanted:
+        if model_key(product) == wanted:
             return GPU_MODELS[known]
     raise UnknownGpuModelError(
         f"no MIG profile table for GPU model {name!r}; known models: {', '.join(GPU_MODELS)} "
