@@ -85,7 +85,9 @@ class Acks:
             ack = Ack(float(sample["value"][1]), labels.get("path", ""))
             known = acks.setdefault(job_key(labels), {})
             request = labels.get("request_id", "")
-            if request not in known or known[request].at < ack.at:  # re-sent after a sidecar restart: the latest
+            # Re-sent after a sidecar restart: the latest; in the same second, the same one whatever
+            # order the series come in.
+            if request not in known or (known[request].at, known[request].path) < (ack.at, ack.path):
                 known[request] = ack
         return acks
 
