@@ -56,7 +56,7 @@ REHEARSED_ARRIVALS = 30_000
 """Pods that arrive, over as many draws as that takes, before the policy chooses between its two
 horizons and FGD: three to five draws on the Alibaba cluster (6,600-14,900 pods each), a hundred
 or more on a cluster of tens of nodes, whose draws differ by points. Where neither is clearly
-ahead by then, up to four times as many (:func:`~gpuwise.decide.packing.rehearsal.compare`)."""
+ahead by then, up to twice as many (:func:`~gpuwise.decide.packing.rehearsal.compare`)."""
 
 _CHOICES: dict[str, bool] = {}
 """Rehearsed choices (as FGD or not) by what they depend on; see :func:`rehearsal.fingerprint`."""

@@ -41,7 +41,7 @@ MAX_DRAWS = 200
 CLEAR_ERRORS = 2.0
 """Standard errors by which one policy must allocate more than another for :func:`compare` to tell."""
 
-UNDECIDED_EXTENSION = 4
+UNDECIDED_EXTENSION = 2
 """How many times its arrivals :func:`compare` goes on to while neither policy is clearly ahead."""
 
 _DRAW_CHUNK = 256
