@@ -101,16 +101,17 @@ _ALIASES = {
 }
 """NVML product names (``nvidia.com/gpu.product`` labels use the same, with dashes)."""
 
+_BY_KEY = {model_key(product): GPU_MODELS[known] for product, known in _ALIASES.items()} | {
+    model_key(name): model for name, model in GPU_MODELS.items()
+}
+"""Every table by its short name and its NVML product names, as `model_key` spells them: the
+planners look a GPU's model up for each GPU they plan."""
+
 
 def gpu_model(name: str) -> GpuModel:
     """The MIG profile table of a GPU model, by short name or NVML product name."""
-    wanted = model_key(name)
-    for known, model in GPU_MODELS.items():
-        if model_key(known) == wanted:
-            return model
-    for product, known in _ALIASES.items():
-        if model_key(product) == wanted:
-            return GPU_MODELS[known]
+    if (model := _BY_KEY.get(model_key(name))) is not None:
+        return model
     raise UnknownGpuModelError(
         f"no MIG profile table for GPU model {name!r}; known models: {', '.join(GPU_MODELS)} "
         f"(or their NVML product names, e.g. {next(iter(_ALIASES))!r})"
