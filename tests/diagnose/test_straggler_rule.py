@@ -152,3 +152,25 @@ def test_a_worker_exactly_at_the_slow_worker_limit_is_one() -> None:
     assert finding.worker == 2
     under = {w: [(t, s * (0.999 if w == 2 else 1.0)) for t, s in points] for w, points in at_limit.items()}
     assert run(window(worker_step_seconds=under)) == {}
+
+
+def test_the_shortcut_for_workers_in_step_measures_the_spread_as_the_peer_ratios_do() -> None:
+    """0.1122 s against 0.102 s is 1.1x as the peer ratio takes it (a quotient), though 0.1122 is less
+    than 1.1 × 0.102 in floating point (a product, rounded up): the shortcut must not call the steps
+    alike and drop the SlowWorker that the same proportions at 0.55 s and 0.5 s make."""
+    at_limit = {w: [(1000.0 + 15 * i, 0.1122 if w == 2 else 0.102) for i in range(60)] for w in range(3)}
+    limit = DiagnosisThresholds().persistent_slowdown
+    assert limit == 0.1122 / 0.102 and limit * 0.102 > 0.1122, "the quotient is the limit, the product more"
+    finding, _ = run(window(worker_step_seconds=at_limit))["SlowWorker"]
+    assert finding.worker == 2
+
+
+def test_a_step_time_of_zero_is_no_ratio_and_stops_no_diagnosis() -> None:
+    """A worker that reported 0 s for a sample (no step measured): the shortcut does not divide by it,
+    and the rules go on without that sample."""
+    steady = steps(8)
+    steady[3] = [(t, 0.0 if i == 7 else s) for i, (t, s) in enumerate(steady[3])]
+    assert run(window(worker_step_seconds=steady)) == {}
+    straggling = steps(8, slow=5, from_sample=40)
+    straggling[3] = steady[3]
+    assert run(window(worker_step_seconds=straggling))["Straggler"][0].worker == 5

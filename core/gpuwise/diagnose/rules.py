@@ -505,9 +505,11 @@ def steps_alike(
     SlowWorker limit and √min_slowdown, neither rule can find anything, and the per-sample
     work (peer medians, baselines) is skipped for the many jobs whose workers keep in step.
     `extremes`: the series' `step_extremes`, where the caller has them already.
+    The spread is a quotient, as the peer ratios are: `spread * low` may round up past a step
+    time whose ratio is `spread`.
     """
     low, high = extremes or step_extremes(series) or (math.nan, math.nan)
-    return low > 0 and high < spread * low
+    return low > 0 and high / low < spread
 
 
 def _slow_worker_limit(ctx: RuleContext) -> float:
