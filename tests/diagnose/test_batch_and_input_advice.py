@@ -100,6 +100,22 @@ def test_without_keep_nothing_is_proposed_when_no_larger_batch_fits() -> None:
     assert isinstance(larger_batch(0, 100, tunable=free, accumulation=None, steps=None, keep=False), str)
 
 
+def test_a_free_batch_is_never_proposed_under_the_tunable_s_min() -> None:
+    """AdjustConfig clamps a value to the tunable's bounds: 8 under a min of 16 would be applied as 16,
+    which does not fit in the 12 samples' memory the proposal was sized for."""
+    chosen = larger_batch(4, 12, tunable=batch(min=16, max=64), accumulation=None, steps=None, keep=False)
+    assert chosen == "8, the largest power of two that fits, is under the tunable's min (16)"
+    at_min = larger_batch(4, 12, tunable=batch(min=8, max=64), accumulation=None, steps=None, keep=False)
+    assert at_min == (8, None), "the min itself is within the bounds"
+    already = larger_batch(8, 12, tunable=batch(min=16, max=64), accumulation=None, steps=None, keep=False)
+    assert already == "8 is already the largest that fits, or that the tunable's max (64) allows"
+    per_sample = (SAFE_MIB - 4_096) / 12.5  # 12 samples fit
+    w = small(4, linear(4_096, per_sample, 4, 8))
+    _, recommendation = run(w, tunables=FREE_BATCH.model_copy(update={"batch_size": batch(min=16)}))["SmallBatch"]
+    assert recommendation is not None and recommendation.changes == {}
+    assert recommendation.message.startswith("No larger batch size to recommend: 8, the largest power of two")
+
+
 def test_keeping_the_global_batch_is_bounded_by_what_fits_and_the_tunable_s_max() -> None:
     accum = accumulation()
     # 32 × 8 = 256: 128 × 2 within 4x, unless memory (100) or the tunable (max 100) stops it at 64 × 4.
@@ -159,16 +175,23 @@ def test_a_kept_global_batch_is_exact_and_every_bound_holds(
     assert chosen == (max(candidates), today * steps // max(candidates)), "the largest batch that keeps it"
 
 
-@given(today=st.integers(1, 512), fits=st.integers(-100, 5_000), top=st.integers(1, 2_048))
-def test_a_free_batch_grows_to_a_power_of_two_within_4x_what_fits_and_the_max(today: int, fits: int, top: int) -> None:
-    chosen = larger_batch(today, fits, tunable=batch(max=top), accumulation=None, steps=None, keep=False)
+@given(
+    today=st.integers(1, 512),
+    fits=st.integers(-100, 5_000),
+    bounds=st.tuples(st.integers(1, 2_048), st.integers(1, 2_048)).map(sorted),
+)
+def test_a_free_batch_grows_to_a_power_of_two_within_4x_what_fits_and_the_bounds(
+    today: int, fits: int, bounds: list[int]
+) -> None:
+    bottom, top = bounds
+    chosen = larger_batch(today, fits, tunable=batch(min=bottom, max=top), accumulation=None, steps=None, keep=False)
     if isinstance(chosen, str):
         powers = (2**k for k in range(13))
-        assert not [p for p in powers if today < p <= min(fits, top, MAX_BATCH_FACTOR * today)], "one was there"
+        assert not [p for p in powers if max(today + 1, bottom) <= p <= min(fits, top, MAX_BATCH_FACTOR * today)]
         return
     proposal, steps = chosen
     assert steps is None
-    assert today < proposal <= min(fits, top, MAX_BATCH_FACTOR * today)
+    assert max(today + 1, bottom) <= proposal <= min(fits, top, MAX_BATCH_FACTOR * today)
     assert proposal == top or proposal == 2 ** int(math.log2(proposal)), "a power of two, or the max"
     assert 2 * proposal > min(fits, MAX_BATCH_FACTOR * today) or proposal == top, "the largest one"
 

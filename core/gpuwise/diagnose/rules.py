@@ -301,7 +301,8 @@ def larger_batch(
     """The batch size to raise to, and the gradient accumulation to go with it; or a reason there is none.
 
     `fits` is the largest batch the memory model allows; no proposal is more than
-    `MAX_BATCH_FACTOR` times today's. Without `keep` (keepGlobalBatchSize), the largest power of
+    `MAX_BATCH_FACTOR` times today's, nor under the tunable's min (AdjustConfig would clamp it up,
+    past what fits). Without `keep` (keepGlobalBatchSize), the largest power of
     two that fits and the tunable allows. With it, the global batch — batch ×
     accumulation × world size — must stay exactly what it is; the world size does not change, so
     batch × accumulation must not either: the new batch is the largest divisor of that product
@@ -311,6 +312,8 @@ def larger_batch(
     if not keep:
         largest = min(fits, batch * MAX_BATCH_FACTOR)
         proposal = min(tunable.max, 2 ** int(math.log2(largest))) if largest >= 1 else 0
+        if proposal > batch and proposal < tunable.min:  # AdjustConfig would clamp it up, past what fits
+            return f"{proposal}, the largest power of two that fits, is under the tunable's min ({tunable.min})"
         if proposal > batch:
             return proposal, None
         return f"{batch} is already the largest that fits, or that the tunable's max ({tunable.max}) allows"
