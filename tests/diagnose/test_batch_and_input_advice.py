@@ -68,6 +68,14 @@ def test_flat_memory_gives_no_model_whatever_its_rounding() -> None:
     # Values whose mean is not exactly the value in binary: the slope must still come out 0, not noise.
     assert fit_memory([(b, 1_014.8) for b in (16, 32, 48)]) is None
     assert fit_memory([(b, 1_188.7) for b in (16, 32, 64, 128)]) is None
+    assert fit_memory([(b, 1_457.9) for b in (8, 16, 32)]) is None
+
+
+@given(mib=st.floats(1.0, 80_000.0), batches=st.sets(st.integers(1, 4_096), min_size=2, max_size=6))
+def test_memory_that_does_not_grow_with_the_batch_never_gives_a_model(mib: float, batches: set[int]) -> None:
+    """Flat memory has slope 0 exactly: no model, for every value. Rounding noise in the slope
+    (1e-30 MiB per sample) made a model that let any batch fit, for some values and not others."""
+    assert fit_memory([(b, mib) for b in batches]) is None
 
 
 def test_the_fixed_memory_is_never_negative() -> None:

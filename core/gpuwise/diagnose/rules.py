@@ -10,6 +10,7 @@ matching tunable still explains itself, with an empty change set.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -288,8 +289,11 @@ def fit_memory(points: Sequence[tuple[int, float]]) -> tuple[float, float] | Non
     n = len(distinct)
     mean_b = sum(distinct) / n
     mean_m = sum(distinct.values()) / n
-    var = sum((b - mean_b) ** 2 for b in distinct)
-    slope = sum((b - mean_b) * (m - mean_m) for b, m in distinct.items()) / var
+    # The slope over pairs of points, not deviations from the means: a mean of MiB is rounded,
+    # and memory flat across batches would get a slope of rounding noise (1e-30) that fits any batch.
+    pairs = list(itertools.combinations(distinct.items(), 2))
+    var = sum((b1 - b2) ** 2 for (b1, _), (b2, _) in pairs)
+    slope = sum((b1 - b2) * (m1 - m2) for (b1, m1), (b2, m2) in pairs) / var
     if slope <= 0:
         return None
     return max(0.0, mean_m - slope * mean_b), slope
