@@ -294,6 +294,15 @@ def test_a_wait_at_the_threshold_asks_for_just_enough_workers() -> None:
     assert recommendation is not None and recommendation.changes == {"NUM_WORKERS": "3"}
 
 
+def test_loader_workers_are_never_proposed_under_the_tunable_s_min() -> None:
+    # 20% wait and no workers wants 2; the job declared it runs with at least 4, so 4, not 2 for
+    # AdjustConfig to clamp (and not more: 4 is within the 15 spare cores).
+    at_least_four = TUNABLES.model_copy(update={"data_loader_workers": IntTunable(env="NUM_WORKERS", min=4, max=32)})
+    waiting = window(gpu_utilization=[30.0] * 60, data_wait_fraction=[0.2] * 60, num_workers=0)
+    _, recommendation = run(waiting, tunables=at_least_four)["InputBound"]
+    assert recommendation is not None and recommendation.changes["NUM_WORKERS"] == "4"
+
+
 def test_a_held_input_finding_without_wait_figures_proposes_one_more_worker_and_no_speedup() -> None:
     # Active, its data-wait series missing this cycle: the finding holds, claims no wait it did not see.
     w = window(gpu_utilization=[30.0] * 60, data_wait_fraction=[], num_workers=2)

@@ -222,9 +222,10 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
     cores = w.cores_per_process
     spare = int(cores) - 1 if cores is not None else None  # loader workers a process has cores for
     if workers is not None:
-        # Enough workers to hide the wait, never more than the process's share of cores allows.
+        # Enough workers to hide the wait, never more than the process's share of cores allows,
+        # and never fewer than the tunable's min: the job said it runs with that many.
         wanted = max(current + 1, math.ceil(max(current, 1) / max(1 - wait, 0.05)))
-        proposal = min(wanted, workers.max, max(spare if spare is not None else workers.max, workers.min))
+        proposal = max(workers.min, min(wanted, workers.max, spare if spare is not None else workers.max))
         if proposal > current:
             changes[workers.env] = str(proposal)
     if ctx.tunables.pin_memory is not None and w.pin_memory is False:
