@@ -256,6 +256,17 @@ def test_without_a_batch_tunable_small_batch_asks_for_one() -> None:
     assert recommendation.expected_speedup is None and recommendation.expected_effect is None
 
 
+def test_a_declared_batch_without_a_memory_model_is_not_told_to_declare_it() -> None:
+    # Memory flat across the batches reported: no model, so no value; the batch tunable is declared,
+    # so the advice says why there is no value rather than asking for the tunable again.
+    _, recommendation = run(small(32, [(16, 4_096.0), (32, 4_096.0)]))["SmallBatch"]
+    assert recommendation is not None and recommendation.changes == {}
+    assert recommendation.message == (
+        "Raise the batch size by hand: the GPU memory reported did not grow with the batch size, so gpuwise "
+        "cannot tell which batch fits."
+    )
+
+
 def test_an_unused_gpu_is_reported_at_zero_utilization() -> None:
     finding, _ = run(small(32, linear(4_096, 100, 32, 64), gpu_utilization=[0.0] * 60))["SmallBatch"]
     assert finding.message == "Only 9% of GPU memory is used at batch size 32 while utilization is 0%."

@@ -307,10 +307,10 @@ def larger_batch(
 
     `fits` is the largest batch the memory model allows; no proposal is more than
     `MAX_BATCH_FACTOR` times today's, nor under the tunable's min (AdjustConfig would clamp it up,
-    past what fits). Without `keep` (keepGlobalBatchSize), the largest power of
-    two that fits and the tunable allows. With it, the global batch — batch ×
-    accumulation × world size — must stay exactly what it is; the world size does not change, so
-    batch × accumulation must not either: the new batch is the largest divisor of that product
+    past what fits). Without `keep` (keepGlobalBatchSize), the largest power of two that fits, or
+    the tunable's max where that is smaller (a max of 60 is proposed as 60, not 32). With it, the
+    global batch — batch × accumulation × world size — must stay exactly what it is; the world size
+    does not change, so batch × accumulation must not either: the new batch is the largest divisor of that product
     that fits, is larger than today's, and leaves an accumulation within its tunable's bounds.
     That needs the accumulation tunable and the value the job runs with (`steps`).
     """
@@ -357,7 +357,13 @@ def small_batch(ctx: RuleContext) -> Diagnosis | None:
     changes: dict[str, str] = {}
     growth: float | None = None  # the proposed batch over today's
     tunable, accumulation = ctx.tunables.batch_size, ctx.tunables.gradient_accumulation_steps
-    advice = "Raise the batch size; declare spec.efficiency.tunables.batchSize so gpuwise can compute it."
+    if tunable is None:
+        advice = "Raise the batch size; declare spec.efficiency.tunables.batchSize so gpuwise can compute it."
+    else:  # declared, but memory did not grow with the batches reported: nothing tells what fits
+        advice = (
+            "Raise the batch size by hand: the GPU memory reported did not grow with the batch size, so gpuwise "
+            "cannot tell which batch fits."
+        )
     if model is not None and tunable is not None:
         fixed, per_sample = model
         room = (t.safe_memory_fraction * w.memory_total_mib - fixed) / per_sample
