@@ -28,7 +28,7 @@ from gpuwise.diagnose.rules import (
 from gpuwise.diagnose.window import JobWindow, Sustain
 from gpuwise.hardware.gpu_specs import MIB_PER_GB
 from gpuwise.hardware.mig_profiles import gpu_model
-from tests.diagnose.test_rules import CLASSES, EXCHANGING, LIGHT, ON_L40S, context, run, steps, window
+from tests.diagnose.test_rules import CLASSES, EXCHANGING, L4_MIB, LIGHT, ON_L40S, context, run, steps, window
 from tests.diagnose.test_rules_findings import FREE_ACCUMULATION
 
 HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, POWER_BRAKE = 0x8, 0x20, 0x40, 0x80
@@ -311,6 +311,32 @@ def test_an_active_oversized_finding_holds_while_memory_is_within_its_release_ma
         ctx = context(w, active)
         ctx.thresholds = DiagnosisThresholds(memory_headroom=0.3)
         assert (found(ctx, "OversizedGPU") is not None) == expected, active
+
+
+def test_an_active_oversized_finding_keeps_its_slice_while_the_peak_hovers_at_the_slice_s_edge() -> None:
+    """A 3g.40gb slice holds 38,147 MiB: a peak of 31,790 MiB plus 20 % does not fit, plus the
+    margin eased by the release margin (1/6) does. So an active finding keeps its slice there, and
+    one that was not active is not opened by it; past the eased margin too, nothing holds it."""
+    hovering = window(**LIGHT, memory_used_mib=31_790.0)
+    assert "OversizedGPU" not in run(hovering)
+    held = run(hovering, active=frozenset({"OversizedGPU"}))
+    assert held["OversizedGPU"][1].changes["migProfile"] == "3g.40gb"
+    below_edge = run(window(**LIGHT, memory_used_mib=31_700.0), active=frozenset({"OversizedGPU"}))
+    assert below_edge["OversizedGPU"][1].changes["migProfile"] == "3g.40gb", "the full margin fits: the same slice"
+    assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=33_000.0), active=frozenset({"OversizedGPU"}))
+
+
+def test_an_active_oversized_finding_keeps_its_share_while_the_peak_hovers_at_half_the_gpu() -> None:
+    """On an L4 (23,034 MiB, no MIG), 9,700 MiB plus 20 % is more than half the GPU: no share for
+    a new finding; plus the eased margin it is 50 %, the most a share may be."""
+    on_l4 = {"memory_total_mib": L4_MIB, "gpu_model": "NVIDIA L4"}
+    hovering = window(**LIGHT, **on_l4, memory_used_mib=9_700.0)
+    assert "OversizedGPU" not in run(hovering)
+    held = run(hovering, active=frozenset({"OversizedGPU"}))["OversizedGPU"]
+    assert held[0].evidence["gpuShare"] == "0.5" and held[1].changes["gpuShare"] == "0.50"
+    assert "OversizedGPU" not in run(
+        window(**LIGHT, **on_l4, memory_used_mib=10_200.0), active=frozenset({"OversizedGPU"})
+    )
 
 
 # --- OversizedGPU: Reschedule to a smaller GPU class ----------------------------------------------

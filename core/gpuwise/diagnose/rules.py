@@ -650,7 +650,8 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     """Low compute and low memory for the whole window: a share of the GPU would do, and free the rest.
 
     What the job needs is sized from what it used: its compute for the 90th percentile of its
-    activity, filled to at most `mig_fill`, and its memory for its peak plus `mig_memory_margin`.
+    activity, filled to at most `mig_fill`, and its memory for its peak plus `mig_memory_margin`
+    (eased while the finding holds: `_memory_margins`).
     On a GPU with MIG that is the smallest slice holding both (MigRepartition, or Pack onto free
     slices when the job allows Pack and not MigRepartition); on one without
     MIG, or of a model gpuwise has no MIG table for, it is a time-sliced share of the GPU (Pack),
@@ -679,10 +680,15 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
         return None
     needed = _percentile(activity, ctx.sustain.hold_fraction)
     slices = max(1, math.ceil(needed * COMPUTE_SLICES / t.mig_fill))
-    wanted_mib = w.memory_used_mib * (1 + t.mig_memory_margin)
+    wanted = [w.memory_used_mib * (1 + margin) for margin in _memory_margins(ctx)]
     table = mig_table(w.gpu_model)
     if table is not None:
-        profile = smallest_mig_profile(table, slices, wanted_mib, w.memory_total_mib)
+        slices_that_hold = (
+            (profile, mib)
+            for mib in wanted
+            if (profile := smallest_mig_profile(table, slices, mib, w.memory_total_mib)) is not None
+        )
+        profile, wanted_mib = next(slices_that_hold, (None, 0.0))
         if profile is None:
             return None  # no smaller slice holds it: the job needs what it has
         finding = _oversized_finding(ctx, needed, metric, f"a MIG slice {profile.name} would do", profile.name)
@@ -709,8 +715,9 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
             "slices of each GPU for other jobs at the same step time",
         )
         return finding, recommendation
-    share = math.ceil(100 * max(needed / t.mig_fill, wanted_mib / w.memory_total_mib)) / 100
-    if share > MAX_GPU_SHARE:
+    shares = ((math.ceil(100 * max(needed / t.mig_fill, mib / w.memory_total_mib)) / 100, mib) for mib in wanted)
+    share, wanted_mib = next(((share, mib) for share, mib in shares if share <= MAX_GPU_SHARE), (None, 0.0))
+    if share is None:
         return None  # no second job as light fits beside it: the job needs what it has
     why_not = f"{w.gpu_model} has no MIG profiles" if w.gpu_model else "the GPU model is not known"
     fix = f"a {share:.0%} share of a time-sliced GPU would do; {why_not}"
@@ -726,6 +733,20 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
         expected_effect=f"about {1 - share:.0%} of each GPU free for other jobs",
     )
     return finding, recommendation
+
+
+def _memory_margins(ctx: RuleContext) -> tuple[float, ...]:
+    """The margins over its memory peak that OversizedGPU sizes a job's slice or share with, in turn.
+
+    `mig_memory_margin`; for an active finding then that margin eased by `release_margin`, as
+    `_slow_worker_limit` eases its excess, so that a peak hovering at a slice's edge keeps its
+    finding rather than losing and regaining it every cycle. The eased margin is tried only where
+    the full one fits nothing, so the slice recommended does not move while the finding holds.
+    """
+    t = ctx.thresholds
+    if ctx.is_active(FindingKind.OVERSIZED_GPU):
+        return t.mig_memory_margin, t.mig_memory_margin / (1 + t.release_margin)
+    return (t.mig_memory_margin,)
 
 
 def _to_smaller_class(ctx: RuleContext, wanted_mib: float) -> Recommendation | None:
