@@ -183,7 +183,8 @@ def idle(ctx: RuleContext) -> Diagnosis | None:
     if w.seconds_since_last_step is None:
         return finding, None  # never stepped: start-up (rendezvous, data, compilation) or stuck, for a human to tell
     left = t.suspend_after_seconds - quiet
-    when = f"in {left / 60:.0f} minutes" if left > 0 else "now"
+    minutes = f"{left / 60:.0f}"
+    when = "now" if left <= 0 else "in under a minute" if left < 60 else f"in {minutes} minute{'s' * (minutes != '1')}"
     recommendation = Recommendation(
         action=ActionKind.SUSPEND,
         finding=FindingKind.IDLE,
@@ -833,12 +834,20 @@ def throttling(ctx: RuleContext) -> Diagnosis | None:
         for bit, name in CLOCK_SLOWDOWNS.items()
         if sum(n for mask, n in masks.items() if mask & bit) * 2 >= len(series)
     ]
+    if shares[worker]:
+        what = (
+            f"Worker {worker}'s GPU clocks were held down in {shares[worker]:.0%} of samples "
+            f"({', '.join(reasons) or 'changing reasons'})"
+        )
+    else:  # an active finding the window has too few samples to clear (`holds`)
+        what = (
+            f"Worker {worker}'s GPU clocks were held down; its {len(series)} samples since show no slowdown, "
+            "too few to tell that it is over"
+        )
     finding = ctx.finding(
         FindingKind.THROTTLING,
         0.6 + shares[worker] / 4,
-        f"Worker {worker}'s GPU clocks were held down in {shares[worker]:.0%} of samples "
-        f"({', '.join(reasons) or 'changing reasons'})"
-        + ("; every synchronous step of the job waits for it." if len(ctx.window.clock_slowdowns) > 1 else "."),
+        what + ("; every synchronous step of the job waits for it." if len(ctx.window.clock_slowdowns) > 1 else "."),
         worker=worker,
         throttledShare=shares[worker],
         reasons=", ".join(reasons) or None,
