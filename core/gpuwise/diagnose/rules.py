@@ -256,9 +256,8 @@ def input_bound(ctx: RuleContext) -> Diagnosis | None:
             *(["Raise DataLoader workers"] if workers is not None and workers.env in changes else []),
             *(["pin host memory"] if w.pin_memory is not True else []),
         ]
-        advice = (
-            f"{' and '.join(steps) or 'Feed the GPU faster'}; {prefetch}; move heavy augmentation off the step path."
-        )
+        # Never empty: a change of workers lists the workers, pinning (only when unpinned) the pinning.
+        advice = f"{' and '.join(steps)}; {prefetch}; move heavy augmentation off the step path."
         advice = advice[0].upper() + advice[1:]
     elif cpu_bound:
         advice = "Give the pod more CPU or move preprocessing offline; no declared tunable can fix this."
@@ -689,9 +688,9 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
             for mib in wanted
             if (profile := smallest_mig_profile(table, slices, mib, w.memory_total_mib)) is not None
         )
-        profile, wanted_mib = next(slices_that_hold, (None, 0.0))
-        if profile is None:
+        if (sized := next(slices_that_hold, None)) is None:
             return None  # no smaller slice holds it: the job needs what it has
+        profile, wanted_mib = sized
         finding = _oversized_finding(ctx, needed, metric, f"a MIG slice {profile.name} would do", profile.name)
         slice_changes = {MIG_PROFILE_CHANGE: profile.name, MIG_RESOURCE_CHANGE: profile.resource_name}
         if (move := _to_smaller_class(ctx, wanted_mib)) is not None:
@@ -717,9 +716,9 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
         )
         return finding, recommendation
     shares = ((math.ceil(100 * max(needed / t.mig_fill, mib / w.memory_total_mib)) / 100, mib) for mib in wanted)
-    share, wanted_mib = next(((share, mib) for share, mib in shares if share <= MAX_GPU_SHARE), (None, 0.0))
-    if share is None:
+    if (shared := next(((share, mib) for share, mib in shares if share <= MAX_GPU_SHARE), None)) is None:
         return None  # no second job as light fits beside it: the job needs what it has
+    share, wanted_mib = shared
     why_not = f"{w.gpu_model} has no MIG profiles" if w.gpu_model else "the GPU model is not known"
     fix = f"a {share:.0%} share of a time-sliced GPU would do; {why_not}"
     finding = _oversized_finding(ctx, needed, metric, fix, f"none: {why_not}", gpuShare=share)
