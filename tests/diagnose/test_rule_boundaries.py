@@ -120,6 +120,18 @@ def test_traffic_within_twice_each_way_is_symmetric() -> None:
     assert not exchanging(pcie_tx_bytes_per_second=2.01e9, pcie_rx_bytes_per_second=1e9), "mostly sends: checkpoints"
 
 
+def test_an_active_communication_bound_finding_holds_while_its_traffic_is_within_the_release_margin() -> None:
+    """The PCIe figures are window means, with no samples to count: an active finding holds until
+    they are 20 % off (40-50 MB/s each way, or up to 2.4x one way over the other), so a job
+    hovering at either edge does not gain and lose it every cycle."""
+    held = frozenset({"CommunicationBound"})
+    for tx, rx, why in ((45e6, 45e6, "under 50 MB/s each way"), (1e9, 2.3e9, "2.3x more received than sent")):
+        assert not exchanging(pcie_tx_bytes_per_second=tx, pcie_rx_bytes_per_second=rx), why
+        assert exchanging(active=held, pcie_tx_bytes_per_second=tx, pcie_rx_bytes_per_second=rx), why
+    assert not exchanging(active=held, pcie_tx_bytes_per_second=41e6, pcie_rx_bytes_per_second=41e6)
+    assert not exchanging(active=held, pcie_tx_bytes_per_second=1e9, pcie_rx_bytes_per_second=2.5e9)
+
+
 def test_two_workers_are_enough_to_exchange_between_nodes() -> None:
     assert exchanging(worker_step_seconds=steps(2))
     assert not exchanging(worker_step_seconds=steps(1))
@@ -300,6 +312,16 @@ def test_a_job_waiting_for_input_at_the_threshold_is_not_sized() -> None:
     assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=7_000.0, data_wait_fraction=at_threshold))
     below_it = [0.25] * 47 + [0.0] * 13
     assert "OversizedGPU" in run(window(**LIGHT, memory_used_mib=7_000.0, data_wait_fraction=below_it))
+
+
+def test_an_active_oversized_finding_holds_while_the_input_wait_is_within_the_release_margin() -> None:
+    """A job waiting for input is not sized (its input comes first); the wait read is the window's
+    mean, so an active finding holds until it is 20 % past the threshold (0.24)."""
+    held = frozenset({"OversizedGPU"})
+    hovering = window(**LIGHT, memory_used_mib=7_000.0, data_wait_fraction=[0.22] * 60)
+    assert "OversizedGPU" not in run(hovering)
+    assert "OversizedGPU" in run(hovering, active=held)
+    assert "OversizedGPU" not in run(window(**LIGHT, memory_used_mib=7_000.0, data_wait_fraction=[0.25] * 60), held)
 
 
 def test_an_active_oversized_finding_holds_until_computing_in_half_the_samples() -> None:

@@ -113,9 +113,15 @@ class RuleContext:
     def sustained(self, kind: str, series: Sequence[float], predicate: Callable[[float], bool]) -> bool:
         return holds(self.window, series, predicate, active=self.is_active(kind), sustain=self.sustain)
 
+    def eased(self, kind: str) -> float:
+        """How far an active `kind`'s limits on one figure move in its favour: 1 + `release_margin`,
+        and 1 for a kind not active. Limits read from a window's mean or peak have no samples to
+        count, so this is their hysteresis."""
+        return 1 + self.thresholds.release_margin if self.is_active(kind) else 1
+
     def under(self, kind: str, value: float, limit: float) -> bool:
         """`value < limit`, and for an active `kind` until `value` is `release_margin` past the limit."""
-        return value < limit * (1 + self.thresholds.release_margin if self.is_active(kind) else 1)
+        return value < limit * self.eased(kind)
 
     def finding(self, kind: str, confidence: float, message: str, **evidence: object) -> Finding:
         """A finding of `kind`, active since it first appeared; an int `worker` in the evidence is
@@ -658,7 +664,8 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     the larger of the two fractions — time-slicing isolates no memory, so the job's memory must fit
     its share too. Only for one GPU per worker (a share serves one process, and shares have no
     peer-to-peer), and not while the job waits on input: fixed input needs more compute, so that
-    comes first.
+    comes first. Where a figure read is a window's mean or peak (the input wait, the memory), an
+    active finding holds until it is `release_margin` past its limit.
 
     A job that lists Reschedule and neither MigRepartition nor Pack is moved instead to the
     smallest of the platform's GPU classes that holds it (`_to_smaller_class`), where one does; the
@@ -674,7 +681,9 @@ def oversized_gpu(ctx: RuleContext) -> Diagnosis | None:
     activity, metric = compute_activity(w)
     if not activity:
         return None
-    if (wait := w.mean(w.data_wait_fraction)) is not None and wait >= t.data_wait_fraction:
+    if (wait := w.mean(w.data_wait_fraction)) is not None and not ctx.under(
+        FindingKind.OVERSIZED_GPU, wait, t.data_wait_fraction
+    ):
         return None
     if not ctx.sustained(FindingKind.OVERSIZED_GPU, activity, below(t.oversized_activity)):
         return None
@@ -875,7 +884,8 @@ def communication_bound(ctx: RuleContext) -> Diagnosis | None:
     - the data-wait fraction is under its threshold, sustained: the step does not wait for input;
     - the GPUs' PCIe traffic (mean per GPU) is at least `collective_pcie_bytes` each way and
       symmetric, sent and received within `collective_symmetry` of each other. Collectives send
-      what they receive; input loading mostly receives and checkpointing mostly sends.
+      what they receive; input loading mostly receives and checkpointing mostly sends. Both are
+      window means, so an active finding holds until they are `release_margin` off either limit.
 
     Not read, because no metric shows it yet: step time against the number of workers (a run
     has one count), NVLink traffic, NCCL's own timings. Known miss: GPU utilization counts NCCL
@@ -884,9 +894,11 @@ def communication_bound(ctx: RuleContext) -> Diagnosis | None:
     """
     w, t = ctx.window, ctx.thresholds
     tx, rx = w.pcie_tx_bytes_per_second, w.pcie_rx_bytes_per_second
-    if len(w.worker_step_seconds) < 2 or tx is None or rx is None or min(tx, rx) < t.collective_pcie_bytes:
+    # Both figures are means over the window: an active finding holds until they are clearly off.
+    eased = ctx.eased(FindingKind.COMMUNICATION_BOUND)
+    if len(w.worker_step_seconds) < 2 or tx is None or rx is None or min(tx, rx) * eased < t.collective_pcie_bytes:
         return None
-    if max(tx, rx) > t.collective_symmetry * min(tx, rx):
+    if max(tx, rx) > t.collective_symmetry * eased * min(tx, rx):
         return None
     activity, metric = compute_activity(w)
     if not ctx.sustained(FindingKind.COMMUNICATION_BOUND, activity, below(t.gpu_utilization / 100)):
