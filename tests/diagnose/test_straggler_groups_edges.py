@@ -239,3 +239,14 @@ def test_a_worker_with_a_nan_among_its_ratios_hides_none_before_it() -> None:
     gap[5] = math.nan
     columns = {0: slowed(2.0), 1: gap, 2: steady()}
     assert found(columns) == [(0, at(BEFORE), at(BEFORE + SPAN - 1), ())]
+
+
+def test_a_group_in_a_series_shorter_than_the_entry_window_is_found() -> None:
+    """Episodes open at 2 slow samples of the last 6, after a warmup of 2: five samples are enough,
+    the last three slow. The members' pre-filter (`_may_open`) looked only at whole windows of 6 and
+    let neither member through, on either path: a group found with seven samples was missed with five."""
+    policy = StragglerPolicy(warmup_samples=2, enter_window=6, enter_count=2)
+    for count in (7, 5):
+        members = {w: ([1.0, 1.0] + [1.2] * 3 + [1.0] * 2)[:count] for w in (0, 1)}
+        span = (at(2), at(4))
+        assert found(group_of(members), policy) == [(0, *span, (0, 1)), (1, *span, (0, 1))], count

@@ -476,11 +476,13 @@ def _with_groups(alone: list[Episode], ratios: PeerRatios, policy: StragglerPoli
 
 def _may_open(followed: list[_Followed], policy: StragglerPolicy) -> list[_Followed]:
     """The followed workers whose ratios could open an episode: `enter_count` of some
-    `enter_window` samples in a row at least `stay_slowdown` (behind the peers) and `min_slowdown`
-    times the worker's smallest ratio (no baseline is below it). Taken for a group's members, who
-    open at a slowdown that a noisy worker's ratios spread by, but seldom so many in a row. A
-    worker whose smallest ratio is not positive (or NaN) has no such bound: it stays. Workers with
-    their ratios as arrays of one length (`_followed`'s from one matrix) are taken in one go."""
+    `enter_window` samples in a row (of all of them in a series shorter than that: an episode opens
+    on fewer samples than a window where there are no more) at least `stay_slowdown` (behind the
+    peers) and `min_slowdown` times the worker's smallest ratio (no baseline is below it). Taken for
+    a group's members, who open at a slowdown that a noisy worker's ratios spread by, but seldom so
+    many in a row. A worker whose smallest ratio is not positive (or NaN) has no such bound: it
+    stays. Workers with their ratios as arrays of one length (`_followed`'s from one matrix) are
+    taken in one go."""
     window, count = policy.enter_window, policy.enter_count
     floors = [max(policy.stay_slowdown, policy.min_slowdown * lowest) for _, _, _, lowest in followed]
     rows = [ahead for _, _, ahead, _ in followed if ahead is not None]
@@ -488,6 +490,7 @@ def _may_open(followed: list[_Followed], policy: StragglerPolicy) -> list[_Follo
     if followed and len(rows) == len(followed) and len({len(row) for row in rows}) == 1:
         import numpy as np  # there: `_followed` made the rows with it
 
+        window = min(window, len(rows[0]))
         runs = np.cumsum(np.vstack(rows) >= np.array(floors)[:, None], axis=1, dtype=np.intp)  # how many so far
         within = runs[:, window - 1 :].copy()  # how many in each `window` samples in a row
         within[:, 1:] -= runs[:, :-window]
@@ -496,7 +499,7 @@ def _may_open(followed: list[_Followed], policy: StragglerPolicy) -> list[_Follo
         opens = []
         for (_, series, _, _), floor in zip(followed, floors, strict=True):
             marks = [value >= floor for value in step_values(series)]
-            opens.append(any(sum(marks[k : k + window]) >= count for k in range(len(marks) - window + 1)))
+            opens.append(any(sum(marks[k : k + window]) >= count for k in range(max(1, len(marks) - window + 1))))
     return [worker for worker, may in zip(followed, opens, strict=True) if may or not worker[3] > 0]
 
 
