@@ -108,7 +108,12 @@ MODULES: tuple[Module, ...] = (
     Module(
         "straggler",
         "core/gpuwise/diagnose/straggler.py",
-        ("tests/diagnose/test_straggler_edges.py", "tests/diagnose/test_straggler.py"),
+        (
+            "tests/diagnose/test_straggler_edges.py",
+            "tests/diagnose/test_straggler.py",
+            "tests/diagnose/test_straggler_episode_edges.py",
+            "tests/diagnose/test_straggler_groups_edges.py",
+        ),
     ),
     Module(
         "rules",
