@@ -316,14 +316,14 @@ def larger_batch(
     past what fits). Without `keep` (keepGlobalBatchSize), the largest power of two that fits, or
     the tunable's max where that is smaller (a max of 60 is proposed as 60, not 32). With it, the
     global batch — batch × accumulation × world size — must stay exactly what it is; the world size
-    does not change, so batch × accumulation must not either: the new batch is the largest divisor of that product
-    that fits, is larger than today's, and leaves an accumulation within its tunable's bounds.
-    That needs the accumulation tunable and the value the job runs with (`steps`).
+    does not change, so batch × accumulation must not either: the new batch is the largest divisor
+    of that product that fits, is larger than today's, and leaves an accumulation within its
+    tunable's bounds. That needs the accumulation tunable and the value the job runs with (`steps`).
     """
     if not keep:
         largest = min(fits, batch * MAX_BATCH_FACTOR)
         proposal = min(tunable.max, 2 ** int(math.log2(largest))) if largest >= 1 else 0
-        if proposal > batch and proposal < tunable.min:  # AdjustConfig would clamp it up, past what fits
+        if batch < proposal < tunable.min:  # AdjustConfig would clamp it up, past what fits
             return f"{proposal}, the largest power of two that fits, is under the tunable's min ({tunable.min})"
         if proposal > batch:
             return proposal, None
