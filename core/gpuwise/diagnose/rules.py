@@ -534,8 +534,7 @@ def steps_alike(
 
 def _slow_worker_limit(ctx: RuleContext) -> float:
     """The slowdown against its peers from which a worker is a SlowWorker (lower while it is one)."""
-    excess = ctx.thresholds.persistent_slowdown - 1
-    return 1 + (excess / (1 + ctx.thresholds.release_margin) if ctx.is_active(FindingKind.SLOW_WORKER) else excess)
+    return 1 + (ctx.thresholds.persistent_slowdown - 1) / ctx.eased(FindingKind.SLOW_WORKER)
 
 
 def _number(text: str | None, default: float) -> float:
@@ -752,10 +751,10 @@ def _memory_margins(ctx: RuleContext) -> tuple[float, ...]:
     finding rather than losing and regaining it every cycle. The eased margin is tried only where
     the full one fits nothing, so the slice recommended does not move while the finding holds.
     """
-    t = ctx.thresholds
+    margin = ctx.thresholds.mig_memory_margin
     if ctx.is_active(FindingKind.OVERSIZED_GPU):
-        return t.mig_memory_margin, t.mig_memory_margin / (1 + t.release_margin)
-    return (t.mig_memory_margin,)
+        return margin, margin / ctx.eased(FindingKind.OVERSIZED_GPU)
+    return (margin,)
 
 
 def _to_smaller_class(ctx: RuleContext, wanted_mib: float) -> Recommendation | None:
