@@ -13,9 +13,10 @@ scored on:
   trace decides). Ties go to the defaults.
 - **Scoring.** The chosen point and FGD on the held-out trace with other seeds (the scoring
   seeds, the README's 42-51), paired: a seed gives both the same arrivals.
-- **Traces never seen at all.** Variants of the default trace with another mix
-  (`gpuwise.simulate.variants`: gpushare40 ... multigpu50), scored with the point chosen on all
-  three shared traces.
+- **Traces never seen at all.** The rest of the ATC'23 family, scored with the point chosen on
+  all three shared traces: gpushare40 ... multigpu50 as files where `--data` has them, or else as
+  stand-ins generated from the default trace (`gpuwise.simulate.variants`), and every other
+  `openb_pod_list_*.csv` in `--data` (gpuspec33, cpu050, ...) as it is.
 
 The goal (issue 19) is a lead over FGD at 100 % and at 130 % on every trace larger than the
 seed-to-seed spread: here, a mean paired gain above the standard deviation of the paired gains.
@@ -50,6 +51,7 @@ from gpuwise.simulate.experiment import run_seed
 from gpuwise.simulate.replay import empty_cluster_context
 from gpuwise.simulate.variants import parse, variant
 
+TRACE_PREFIX = "openb_pod_list_"
 SHARED_TRACES = ("default", "gpushare20", "multigpu20")
 GENERATED_TRACES = ("gpushare40", "gpushare60", "gpushare80", "multigpu30", "multigpu50")
 GRID = tuple(GpuwiseParameters(weight, resolution) for weight in (0.3, 0.5, 0.7) for resolution in (25.0, 40.0, 55.0))
@@ -62,18 +64,37 @@ FIELDS = ("alloc_at_100", "alloc_at_130")
 Key = tuple[str, str, int]  # trace, policy label, seed
 
 
+def trace_file(data: Path, trace: str) -> Path:
+    return data / f"{TRACE_PREFIX}{trace}.csv"
+
+
+def from_file(data: Path, trace: str) -> bool:
+    """Whether ``trace`` is read from ``data`` as it is: a trace file there wins over a generated
+    stand-in of the same name, so whoever has the real gpushare40 scores the real one."""
+    return trace_file(data, trace).exists()
+
+
+def never_seen(data: Path) -> tuple[str, ...]:
+    """The traces no choice looks at: the generated mixes (or the real files of those names), and
+    every other trace file in ``data``, such as the ATC'23 family's gpuspec or cpu traces."""
+    others = sorted(
+        path.name.removeprefix(TRACE_PREFIX).removesuffix(".csv") for path in data.glob(f"{TRACE_PREFIX}*.csv")
+    )
+    return GENERATED_TRACES + tuple(t for t in others if t not in SHARED_TRACES + GENERATED_TRACES)
+
+
 @functools.cache
-def _trace(data: Path, trace: str, draw: int = 0) -> tuple[Nodes, Pods]:
-    """A shared trace, or a generated one (`draw` seeds its resampling of the default trace)."""
+def load_trace(data: Path, trace: str, draw: int = 0) -> tuple[Nodes, Pods]:
+    """A trace file of ``data``, or else one generated (`draw` seeds its resampling of the default trace)."""
     nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
-    if trace in SHARED_TRACES:
-        return nodes, load_pods(data / f"openb_pod_list_{trace}.csv", nodes)
+    if from_file(data, trace):
+        return nodes, load_pods(trace_file(data, trace), nodes)
     kind, share = parse(trace)
-    return nodes, variant(load_pods(data / "openb_pod_list_default.csv", nodes), kind, share, seed=draw)
+    return nodes, variant(load_pods(trace_file(data, "default"), nodes), kind, share, seed=draw)
 
 
 def _run(data: Path, trace: str, policy: PolicyChoice, seed: int, draw: int = 0) -> tuple[float, float]:
-    nodes, pods = _trace(data, trace, draw)
+    nodes, pods = load_trace(data, trace, draw)
     result = run_seed(nodes, pods, policy, seed)
     return result.alloc_at_100, result.alloc_at_130
 
@@ -159,7 +180,7 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
 
     chosen = {t: choose(results, [o for o in SHARED_TRACES if o != t]) for t in SHARED_TRACES}
     everywhere = choose(results, SHARED_TRACES)
-    chosen.update(dict.fromkeys(GENERATED_TRACES, everywhere))
+    chosen.update(dict.fromkeys(never_seen(data), everywhere))
     results.ensure((t, p, s) for t, point in chosen.items() for p in ("fgd", point) for s in SCORING_SEEDS)
 
     print(f"\nscoring: seeds {SCORING_SEEDS[0]}-{SCORING_SEEDS[-1]}, gpuwise minus fgd per seed (mean ± stdev, wins)")
@@ -176,17 +197,19 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
         ok = all(p.beyond_spread for p in paired)
         met &= ok
         kind = "trace" if trace in SHARED_TRACES else "all"
+        name = trace if from_file(data, trace) else f"{trace}*"
         print(
-            f"{trace:<12} {kind:<9} {point.label:<22} {fgd[0]:>7.2f}/{fgd[1]:<7.2f} "
+            f"{name:<12} {kind:<9} {point.label:<22} {fgd[0]:>7.2f}/{fgd[1]:<7.2f} "
             f"{paired[0]!s:>18} {paired[1]!s:>18}  {'met' if ok else 'missed'}"
         )
+    print("* generated: no trace file of that name in", data)
     print(f"\ngoal (a lead beyond the seed spread at 100 % and 130 % on every trace): {'met' if met else 'missed'}")
     return 0
 
 
 def _rehearsed_as_fgd(data: Path, trace: str, draw: int) -> bool:
     """Whether gpuwise's rehearsal on this trace's cluster and mix chose to place as FGD."""
-    nodes, pods = _trace(data, trace, draw)
+    nodes, pods = load_trace(data, trace, draw)
     return GpuwisePolicy(empty_cluster_context(nodes, pods, np.random.default_rng(0))).as_fgd
 
 
@@ -195,19 +218,21 @@ def mixes(
 ) -> int:
     """gpuwise's defaults against FGD on each trace and draw, paired by seed, beside the share of
     the target workload's GPU that its multi-GPU shapes ask for, what gpuwise's rehearsal chose,
-    and the two horizons alone (no rehearsal); then, per trace, every draw's seeds pooled."""
-    if len(seeds) * len(draws) < 2:
+    and the two horizons alone (no rehearsal); then, per trace, every draw's seeds pooled. A trace
+    read from a file has one draw, the first."""
+    drawn = {trace: draws[:1] if from_file(data, trace) else draws for trace in traces}
+    if len(seeds) < 2:
         raise SystemExit("--mixes needs at least 2 seeds: the spread is part of the figure")
     results = {draw: Results(data, _per_draw(cache, draw), jobs=jobs, draw=draw) for draw in draws}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        rehearsed = {(t, d): pool.submit(_rehearsed_as_fgd, data, t, d) for t in traces for d in draws}
+        rehearsed = {(t, d): pool.submit(_rehearsed_as_fgd, data, t, d) for t in traces for d in drawn[t]}
         as_fgd = {key: future.result() for key, future in rehearsed.items()}
     policies: tuple[PolicyChoice, ...] = ("fgd", DEFAULTS, TWO_HORIZONS)
-    for result in results.values():
-        result.ensure((trace, policy, seed) for trace in traces for policy in policies for seed in seeds)
+    for draw, result in results.items():
+        result.ensure((t, p, s) for t in traces if draw in drawn[t] for p in policies for s in seeds)
     print(
         f"seeds {seeds[0]}-{seeds[-1]}: gpuwise minus fgd per seed (mean ± stdev, wins), with its rehearsal "
-        "and with the two horizons alone; a draw resamples a generated trace"
+        "and with the two horizons alone; a draw resamples a generated trace, 'file' is a trace read as it is"
     )
     header = (
         f"{'trace':<12} {'draw':>4} {'multi-GPU':>9} {'placed as':>10} {'gain @100':>19} {'gain @130':>19}"
@@ -216,14 +241,15 @@ def mixes(
     print(header)
     print("-" * len(header))
     for trace in traces:
-        for draw in draws:
-            share = TargetWorkload.from_pods(_trace(data, trace, draw)[1]).multi_gpu_share
+        for draw in drawn[trace]:
+            share = TargetWorkload.from_pods(load_trace(data, trace, draw)[1]).multi_gpu_share
             paired = [Paired.of(results[draw].gains(trace, p, seeds, f)) for p in policies[1:] for f in FIELDS]
             placed = "fgd" if as_fgd[(trace, draw)] else "2 horizons"
-            print(f"{trace:<12} {draw:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>19}" for p in paired))
-        if len(draws) > 1:
+            label = "file" if from_file(data, trace) else draw
+            print(f"{trace:<12} {label:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>19}" for p in paired))
+        if len(drawn[trace]) > 1:
             pooled = [
-                Paired.of([g for draw in draws for g in results[draw].gains(trace, p, seeds, f)])
+                Paired.of([g for draw in drawn[trace] for g in results[draw].gains(trace, p, seeds, f)])
                 for p in policies[1:]
                 for f in FIELDS
             ]

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.packing_holdout import DEFAULTS, GRID, SELECTION_SEEDS, Results, choose
+from bench.packing_holdout import (
+    DEFAULTS,
+    GENERATED_TRACES,
+    GRID,
+    SELECTION_SEEDS,
+    Results,
+    choose,
+    from_file,
+    load_trace,
+    never_seen,
+)
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,96000,393216,8,V100\n"
+HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+DEFAULT = HEADER + "".join(f"p{i},1000,0,{n},{m},\n" for i, (n, m) in enumerate([(1, 500), (2, 1000), (1, 1000)] * 4))
 
 
 def results_with(gains: dict[tuple[str, int], tuple[float, float]]) -> Results:
@@ -33,3 +47,29 @@ def test_ties_go_to_the_defaults() -> None:
     results = results_with({(trace, point): (0.1, 0.1) for trace in ("a", "b") for point in range(len(GRID))})
     assert DEFAULTS in GRID
     assert choose(results, ["a", "b"]) == DEFAULTS
+
+
+def openb_dir(tmp_path: Path, **traces: str) -> Path:
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODES)
+    (tmp_path / "openb_pod_list_default.csv").write_text(DEFAULT)
+    for name, text in traces.items():
+        (tmp_path / f"openb_pod_list_{name}.csv").write_text(text)
+    return tmp_path
+
+
+def test_a_trace_file_wins_over_the_stand_in_generated_for_its_name(tmp_path: Path) -> None:
+    data = openb_dir(tmp_path, gpushare40=HEADER + "q0,2000,0,1,250,V100\nq1,2000,0,1,750,\n")
+    assert from_file(data, "gpushare40") and not from_file(data, "gpushare60")
+    real = load_trace(data, "gpushare40")[1]
+    assert real.gpu_milli.tolist() == [250, 750]
+    assert real.request(0).allowed_models.tolist() == [False, True], "the file's gpu_spec is kept"
+    generated = load_trace(data, "gpushare60", 1)[1]
+    assert len(generated) == 12 and set(generated.gpu_milli.tolist()) <= {500, 1000}
+
+
+def test_every_other_trace_file_is_scored_as_never_seen(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert never_seen(openb_dir(bare)) == GENERATED_TRACES
+    data = openb_dir(tmp_path, gpushare20=DEFAULT, gpushare40=DEFAULT, gpuspec33=DEFAULT, cpu050=DEFAULT)
+    assert never_seen(data) == (*GENERATED_TRACES, "cpu050", "gpuspec33")
