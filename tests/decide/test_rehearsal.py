@@ -32,16 +32,17 @@ from gpuwise.simulate.replay import empty_cluster_context, replay
 TWO_HORIZONS = GpuwiseParameters(rehearsed_arrivals=0)
 
 
-def generated(seed: int, nodes_count: int = 40, pods_count: int = 300) -> tuple[Nodes, Pods]:
-    """A cluster of 2-, 4- and 8-GPU nodes and a trace of 3-6 pod shapes, all drawn from ``seed``."""
+MODELS = ("A100", "V100", "T4")
+
+
+def generated(seed: int, nodes_count: int = 40, pods_count: int = 300, models: int = 1) -> tuple[Nodes, Pods]:
+    """A cluster of 2-, 4- and 8-GPU nodes and a trace of 3-6 pod shapes, all drawn from ``seed``.
+
+    With ``models`` > 1, nodes have one of that many GPU models and about a third of the GPU
+    shapes accept only one of them, as ``gpu_spec`` does in the Alibaba trace."""
     rng = np.random.default_rng(seed)
-    nodes = Nodes.build(
-        names=[f"n{i}" for i in range(nodes_count)],
-        cpu_milli=(rng.choice([32, 64, 96], size=nodes_count) * 1000).tolist(),
-        memory_mib=[1 << 20] * nodes_count,
-        gpus=rng.choice([2, 4, 8], size=nodes_count).tolist(),
-        models=["A100"] * nodes_count,
-    )
+    cpu_milli = (rng.choice([32, 64, 96], size=nodes_count) * 1000).tolist()
+    gpus = rng.choice([2, 4, 8], size=nodes_count).tolist()
     shapes = []
     for _ in range(rng.integers(3, 7)):
         kind = rng.choice(["share", "one", "multi", "cpu"], p=[0.35, 0.15, 0.4, 0.1])
@@ -55,13 +56,26 @@ def generated(seed: int, nodes_count: int = 40, pods_count: int = 300) -> tuple[
         else:
             shapes.append((cpu, 0, 0))
     picks = rng.choice(len(shapes), size=pods_count, p=rng.dirichlet(np.ones(len(shapes))))
+    # Drawn last, so that one model's clusters are the ones they were before models were drawn.
+    node_models = rng.choice(MODELS[:models], size=nodes_count).tolist() if models > 1 else ["A100"] * nodes_count
+    present = sorted(set(node_models))
+    accepted = [
+        (str(rng.choice(present)),) if models > 1 and shape[1] and rng.random() < 1 / 3 else () for shape in shapes
+    ]
+    nodes = Nodes.build(
+        names=[f"n{i}" for i in range(nodes_count)],
+        cpu_milli=cpu_milli,
+        memory_mib=[1 << 20] * nodes_count,
+        gpus=gpus,
+        models=node_models,
+    )
     pods = Pods.build(
         names=[f"p{i}" for i in range(pods_count)],
         cpu_milli=[shapes[k][0] for k in picks],
         memory_mib=[0] * pods_count,
         num_gpu=[shapes[k][1] for k in picks],
         gpu_milli=[shapes[k][2] for k in picks],
-        gpu_models=[()] * pods_count,
+        gpu_models=[accepted[k] for k in picks],
         models=nodes.models,
     )
     return nodes, pods
@@ -94,6 +108,14 @@ def test_arrivals_come_by_weight_until_the_next_would_pass_the_demand() -> None:
         draw_arrivals(mix_of((4000, 0, 0, 1.0)), 1000, np.random.default_rng(0))
 
 
+def test_arrivals_accept_the_gpu_models_their_shape_accepts() -> None:
+    mix = mix_of((4000, 1, MILLI, 0.5), (2000, 1, 500, 0.5), models=2)
+    mix.allowed[1, 0] = False  # the half-GPU shape runs only on the second model
+    arrivals = draw_arrivals(mix, 100_000, np.random.default_rng(5))
+    accepted = {(r.gpu_milli, tuple(r.allowed_models.tolist())) for r in arrivals}
+    assert accepted == {(MILLI, (True, True)), (500, (False, True))}
+
+
 def simulated(context: PlacementContext, choice: PolicyChoice, draw: int) -> Score:
     """What the simulator's replay allocates, for ``choice`` on one rehearsal draw of an empty cluster."""
     nodes = context.state.nodes
@@ -114,9 +136,9 @@ def simulated(context: PlacementContext, choice: PolicyChoice, draw: int) -> Sco
     return Score(float(run.curve.allocated[crossed]), float(run.curve.allocated[-1]))
 
 
-@pytest.mark.parametrize("case", [0, 39])
-def test_a_rehearsal_scores_what_the_simulator_measures(case: int) -> None:
-    nodes, pods = generated(case)
+@pytest.mark.parametrize(("case", "models"), [(0, 1), (39, 1), (0, 3)])
+def test_a_rehearsal_scores_what_the_simulator_measures(case: int, models: int) -> None:
+    nodes, pods = generated(case, models=models)
     context = empty_cluster_context(nodes, pods, np.random.default_rng(0))
     candidates = [lambda c: make_policy(TWO_HORIZONS, c), lambda c: make_policy("fgd", c)]
     assert rehearse(context, candidates, arrivals=1) == [
@@ -233,11 +255,15 @@ def held_out_gain(nodes: Nodes, pods: Pods, seeds: Sequence[int]) -> tuple[float
     return statistics.fmean(gains), statistics.stdev(gains) / len(gains) ** 0.5
 
 
-@pytest.mark.parametrize(("case", "fgd_fills_more"), [(0, False), (2, False), (39, True), (63, True)])
+@pytest.mark.parametrize(
+    ("case", "models", "fgd_fills_more"),
+    [(0, 1, False), (2, 1, False), (39, 1, True), (63, 1, True), (0, 3, False), (63, 2, True)],
+)
 def test_the_rehearsal_chooses_the_policy_that_fills_more_on_arrivals_it_never_saw(
-    case: int, fgd_fills_more: bool
+    case: int, models: int, fgd_fills_more: bool
 ) -> None:
-    nodes, pods = generated(case)
+    nodes, pods = generated(case, models=models)
+    assert pods.allowed.all() == (models == 1), "pods that accept only some GPU models, where there are several"
     seeds = range(100, 106)
     gain, error = held_out_gain(nodes, pods, seeds)
     assert (gain < 0) == fgd_fills_more and abs(gain) > 2 * error, "the case is no clear one either way"
