@@ -54,6 +54,9 @@ from gpuwise.simulate.variants import parse, variant
 TRACE_PREFIX = "openb_pod_list_"
 SHARED_TRACES = ("default", "gpushare20", "multigpu20")
 GENERATED_TRACES = ("gpushare40", "gpushare60", "gpushare80", "multigpu30", "multigpu50")
+VARIANT_BASES = {"gpuspec": "gpuspec33"}
+"""The trace a kind's variants are drawn from where it is not the default one: the default trace
+has no pod bound to a GPU model, the ATC'23 authors' gpuspec33 (not shared here) a third."""
 GRID = tuple(GpuwiseParameters(weight, resolution) for weight in (0.3, 0.5, 0.7) for resolution in (25.0, 40.0, 55.0))
 DEFAULTS = GpuwiseParameters()
 TWO_HORIZONS = DEFAULTS.two_horizons_only
@@ -85,12 +88,16 @@ def never_seen(data: Path) -> tuple[str, ...]:
 
 @functools.cache
 def load_trace(data: Path, trace: str, draw: int = 0) -> tuple[Nodes, Pods]:
-    """A trace file of ``data``, or else one generated (`draw` seeds its resampling of the default trace)."""
+    """A trace file of ``data``, or else one generated (`draw` seeds its resampling of the default
+    trace, or of the kind's :data:`VARIANT_BASES`)."""
     nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
     if from_file(data, trace):
         return nodes, load_pods(trace_file(data, trace), nodes)
     kind, share = parse(trace)
-    return nodes, variant(load_pods(trace_file(data, "default"), nodes), kind, share, seed=draw)
+    base = trace_file(data, VARIANT_BASES.get(kind, "default"))
+    if not base.exists():
+        raise SystemExit(f"{trace} is drawn from {base.name}, which is not in {data}")
+    return nodes, variant(load_pods(base, nodes), kind, share, seed=draw)
 
 
 def _run(data: Path, trace: str, policy: PolicyChoice, seed: int, draw: int = 0) -> tuple[float, float]:

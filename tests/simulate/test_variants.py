@@ -9,25 +9,28 @@ from gpuwise.decide.packing.cluster import MILLI, Pods
 from gpuwise.simulate.variants import VariantError, gpu_share, parse, variant
 
 
-def mixed_pods(count: int = 4000, seed: int = 7) -> Pods:
-    """CPU-only, GPU-sharing, whole-GPU and multi-GPU pods, in random proportions."""
+def mixed_pods(count: int = 4000, seed: int = 7, bound: float = 0.2) -> Pods:
+    """CPU-only, GPU-sharing, whole-GPU and multi-GPU pods, in random proportions; about ``bound``
+    of them accept only T4s."""
     rng = np.random.default_rng(seed)
     kinds = rng.choice(4, count, p=[0.1, 0.45, 0.4, 0.05])
     num_gpu = np.select([kinds == 0, kinds == 3], [0, rng.choice([2, 4, 8], count)], 1)
     gpu_milli = np.select([kinds == 0, kinds == 1], [0, rng.integers(1, 100, count) * 10], MILLI)
+    to_t4 = (rng.random(count) < bound) & (num_gpu > 0)
     return Pods.build(
         names=[f"pod-{i}" for i in range(count)],
         cpu_milli=(rng.integers(1, 32, count) * 1000).tolist(),
         memory_mib=[1024] * count,
         num_gpu=num_gpu.tolist(),
         gpu_milli=gpu_milli.tolist(),
-        gpu_models=[[] for _ in range(count)],
+        gpu_models=[["T4"] if t4 else [] for t4 in to_t4.tolist()],
         models=["T4", "V100"],
     )
 
 
 @pytest.mark.parametrize(
-    ("kind", "share"), [("gpushare", 0.2), ("gpushare", 0.6), ("multigpu", 0.1), ("multigpu", 0.7)]
+    ("kind", "share"),
+    [("gpushare", 0.2), ("gpushare", 0.6), ("multigpu", 0.1), ("multigpu", 0.7), ("gpuspec", 0.5)],
 )
 def test_the_kind_asks_for_the_share_of_the_gpu_asked_for(kind: str, share: float) -> None:
     pods = mixed_pods()
@@ -59,6 +62,7 @@ def test_a_seed_fixes_the_draw() -> None:
 def test_names_follow_the_trace_family() -> None:
     assert parse("gpushare40") == ("gpushare", 0.4)
     assert parse("multigpu50") == ("multigpu", 0.5)
+    assert parse("gpuspec25") == ("gpuspec", 0.25)
     for wrong in ("gpushare", "gpushare100", "gpushare0", "cpu050", "multigpu2x"):
         with pytest.raises(VariantError, match="no trace variant"):
             parse(wrong)
@@ -69,7 +73,9 @@ def test_impossible_variants_say_why() -> None:
     with pytest.raises(VariantError, match="strictly between 0 and 1"):
         variant(pods, "gpushare", 1.0)
     with pytest.raises(VariantError, match="unknown pod kind"):
-        variant(pods, "gpuspec", 0.2)
+        variant(pods, "cpuonly", 0.2)
+    with pytest.raises(VariantError, match="needs GPU pods of kind 'gpuspec' and others"):
+        variant(mixed_pods(bound=0), "gpuspec", 0.2)
     whole_only = pods.take(np.flatnonzero(pods.gpu_milli == MILLI))
     with pytest.raises(VariantError, match="needs GPU pods of kind 'gpushare' and others"):
         variant(whole_only, "gpushare", 0.3)

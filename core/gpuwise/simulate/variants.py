@@ -2,7 +2,8 @@
 
 The ATC'23 authors derived their trace family from the default openb trace by changing the share
 of the GPU requested by one kind of pod: ``gpushare40`` is a workload where GPU-sharing pods ask
-for 40 % of all GPU milli requested, ``multigpu50`` one where multi-GPU pods ask for 50 %. The
+for 40 % of all GPU milli requested, ``multigpu50`` one where multi-GPU pods ask for 50 %
+(``gpuspec25``: pods that accept only some GPU models; drawn from a trace that has such pods). The
 project has three of those traces; this module makes more of them, so a placement policy can be
 scored on mixes it never saw. It keeps the CPU-only pods as they are and draws the GPU pods with
 replacement, so many from the kind and the rest from the others that the kind's expected share
@@ -21,6 +22,7 @@ from gpuwise.decide.packing.cluster import MILLI, BoolArray, Pods
 KINDS: Final[dict[str, Callable[[Pods], BoolArray]]] = {
     "gpushare": lambda pods: (pods.num_gpu > 0) & (pods.gpu_milli < MILLI),
     "multigpu": lambda pods: pods.num_gpu > 1,
+    "gpuspec": lambda pods: (pods.num_gpu > 0) & ~pods.allowed[pods.spec].all(axis=1),
 }
 """The pod kinds whose share of the requested GPU a variant sets."""
 
