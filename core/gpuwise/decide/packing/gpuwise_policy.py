@@ -15,6 +15,9 @@ about as good, take the node that comes first in a fixed order — and changes t
    growth at an even 40-milli resolution (the finest FGD uses), so large differences are never
    mistaken for ties, while small ones still are — and ties go to the first node in a fixed
    order, which keeps load consolidated and leaves whole nodes free for multi-GPU pods.
+3. **Whose capacity it is.** Where some pods accept only some GPU models, a placement also pays
+   for the contention on its model (:mod:`~gpuwise.decide.packing.scarcity`), so pods that run
+   anywhere leave the models others are bound to. Where none is bound, this changes nothing.
 
 One exception: on some mixes of pod shapes FGD fills the cluster better (generated mixes from
 the default trace, README "Held out"), and no constant and no summary of the mix, such as the
@@ -47,6 +50,7 @@ from gpuwise.decide.packing.fragmentation import (
 )
 from gpuwise.decide.packing.policies import FragmentationGradientPolicy, PlacementContext, best_candidate
 from gpuwise.decide.packing.rehearsal import compare, fingerprint
+from gpuwise.decide.packing.scarcity import ModelPressure
 from gpuwise.decide.packing.state import ClusterState
 
 RESOLUTION_MILLI = 40.0
@@ -71,6 +75,8 @@ class GpuwiseParameters:
     resolution_milli: float = RESOLUTION_MILLI
     rehearsed_arrivals: int = REHEARSED_ARRIVALS
     """Pods rehearsed before choosing between the two horizons and FGD; 0 never places as FGD."""
+    weigh_contention: bool = True
+    """Whether a placement also pays for the contention on its GPU model (:mod:`.scarcity`)."""
 
     def __post_init__(self) -> None:
         checked_weight(self.next_pod_weight)
@@ -85,6 +91,7 @@ class GpuwiseParameters:
     def label(self) -> str:
         rehearsed = self.rehearsed_arrivals
         suffix = "" if rehearsed == REHEARSED_ARRIVALS else f",rehearsed={rehearsed}"
+        suffix += "" if self.weigh_contention else ",contention=off"
         return f"gpuwise(w={self.next_pod_weight:g},r={self.resolution_milli:g}{suffix})"
 
     @property
@@ -103,6 +110,8 @@ class GpuwisePolicy:
         self._fgd = FragmentationGradientPolicy(context) if as_fgd else None
         measure = TwoHorizonFragmentation(context.workload, self.parameters.next_pod_weight)
         self._fragmentation = None if as_fgd else FragmentationIndex(measure, context.state)
+        weigh = self.parameters.weigh_contention and not as_fgd
+        self._contention = ModelPressure.where_it_matters(context.mix, context.state) if weigh else None
 
     @property
     def as_fgd(self) -> bool:
@@ -132,5 +141,7 @@ class GpuwisePolicy:
         if not len(cands):
             return None
         growth = self._fragmentation.increase(cands)
+        if self._contention is not None:
+            growth += self._contention.cost(cands, request.total_gpu_milli)
         chosen = best_candidate(cands, -np.round(growth / self.parameters.resolution_milli), self.node_rank)
         return placement(state, request, int(cands.node[chosen]), int(cands.gpu[chosen]))
