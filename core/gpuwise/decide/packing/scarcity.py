@@ -36,6 +36,11 @@ class ModelPressure:
         self.state = state
         self._demand: FloatArray = mix.weight * mix.total_gpu_milli
         self._allowed: FloatArray = mix.allowed.astype(np.float64)
+        # Free milli per node, recomputed only where a node's revision moved (it is read once a
+        # placement, and a placement changes one node), and the answer until one does.
+        self._idle = np.zeros(len(state.nodes), dtype=np.int64)
+        self._seen = np.full(len(state.nodes), -1, dtype=np.int64)
+        self._relative: FloatArray = np.zeros(len(state.nodes.models))
 
     @classmethod
     def where_it_matters(cls, mix: TargetWorkload, state: ClusterState) -> ModelPressure | None:
@@ -47,13 +52,18 @@ class ModelPressure:
 
     def relative(self) -> FloatArray:
         """Per GPU model, its pressure over the most pressed model's, in [0, 1]."""
-        nodes = self.state.nodes
-        free = np.bincount(nodes.model, weights=self.state.gpu_free_total, minlength=len(nodes.models))
-        reach = self._allowed @ free
-        per_milli = np.divide(self._demand, reach, out=np.zeros_like(self._demand), where=reach > 0)
-        pressure: FloatArray = per_milli @ self._allowed
-        top = pressure.max()
-        return pressure / top if top > 0 else pressure
+        state, nodes = self.state, self.state.nodes
+        stale = np.flatnonzero(self._seen != state.revision)
+        if len(stale):
+            self._idle[stale] = np.clip(state.gpu_free[stale], 0, None).sum(axis=1)
+            self._seen[stale] = state.revision[stale]
+            free = np.bincount(nodes.model, weights=self._idle, minlength=len(nodes.models))
+            reach = self._allowed @ free
+            per_milli = np.divide(self._demand, reach, out=np.zeros_like(self._demand), where=reach > 0)
+            pressure = per_milli @ self._allowed
+            top = pressure.max()
+            self._relative = pressure / top if top > 0 else pressure
+        return self._relative
 
     def cost(self, candidates: Candidates, gpu_milli: int) -> FloatArray:
         """What each candidate placement of a pod of ``gpu_milli`` in all pays for its model's contention."""
