@@ -89,6 +89,36 @@ def test_a_share_fills_a_shared_gpu_before_it_breaks_a_whole_one(policy: str) ->
     assert place_workers(cluster, request_for(cluster), 2, policy) == ["b-shared", "a-empty"]
 
 
+def pinned(name: str, on: str, product: str) -> dict[str, Any]:
+    body = share(name, on)
+    body["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    return body
+
+
+def test_nodes_the_job_does_not_select_are_out_and_say_why() -> None:
+    nodes = [time_slicing_node("h100"), time_slicing_node("a100", product="NVIDIA-A100-SXM4-80GB")]
+    cluster, reasons = cluster_view(
+        nodes, [], SLICING, job="default/bert", selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    )
+    assert cluster.state.nodes.names == ("a100",)
+    assert reasons == {"h100": "not selected by the job's nodeSelector (nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB)"}
+
+
+def test_running_pods_that_select_a_gpu_model_are_expected_on_that_model_only() -> None:
+    a100 = "NVIDIA-A100-SXM4-80GB"
+    nodes = [time_slicing_node("h100"), time_slicing_node("a100", product=a100)]
+    pods = [share("free", "h100"), pinned("on-a100", "a100", a100), pinned("elsewhere", "other", "NVIDIA-L4")]
+    cluster, _ = view(nodes, pods)
+    workload = cluster.workload
+    models = cluster.state.nodes.models
+    accepted = [
+        {m for m, ok in zip(models, row, strict=True) if ok} for row in workload.allowed[workload.spec].tolist()
+    ]
+    # The L4 pod can never run on these nodes: it is no part of what they should expect.
+    assert accepted == [set(models), {a100}, set(models)], "running pods, then the job's own worker"
+    assert cluster.state.gpu_free.tolist() == [[750], [750]], "both pods run here, pinned or not"
+
+
 def test_plan_asks_for_one_share_and_needs_a_config() -> None:
     plan = PACK.plan(job_view(), recommend(ActionKind.PACK), SETTINGS)
     assert isinstance(plan, Plan) and plan.restart

@@ -102,12 +102,16 @@ def cluster_view(
     *,
     job: str,
     extra_shapes: Sequence[tuple[int, int, int, int]] = (),
+    selector: Mapping[str, str] | None = None,
 ) -> tuple[Cluster, dict[str, str]]:
     """The planner's view of the time-sliced (or switchable) nodes, and why other nodes are out.
 
     `job` ("namespace/name") is the TrainingJob to place: its own pods are not counted (its restart
-    stops them). `extra_shapes` ((milli-CPU, MiB, GPUs, milli-GPU) each) join the running pods in the workload
-    whose fragmentation the gpuwise and FGD policies weigh placements by.
+    stops them), and nodes its `selector` (its pods' nodeSelector) does not select are out.
+    `extra_shapes` ((milli-CPU, MiB, GPUs, milli-GPU) each) join the running pods in the workload
+    whose fragmentation the gpuwise and FGD policies weigh placements by. A running pod that
+    selects a GPU model (nodeSelector `nvidia.com/gpu.product`) is expected to keep coming on
+    that model only, so gpuwise's policy leaves that model's capacity to it where it can.
     """
     reasons: dict[str, str] = {}
     usable: list[Mapping[str, Any]] = []
@@ -117,8 +121,11 @@ def cluster_view(
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}
         foreign = name in busy
+        unselected = [f"{key}={value}" for key, value in (selector or {}).items() if labels.get(key) != value]
         if labels.get(mig_repartition.LABEL_PARTITIONING) != PARTITIONING_TIME_SLICING:
             reasons[name] = f"not opted in (label {mig_repartition.LABEL_PARTITIONING}={PARTITIONING_TIME_SLICING})"
+        elif unselected:
+            reasons[name] = f"not selected by the job's nodeSelector ({', '.join(unselected)})"
         elif (node.get("spec") or {}).get("unschedulable"):
             reasons[name] = "cordoned"
         elif labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != shared.config and foreign:
@@ -140,9 +147,13 @@ def cluster_view(
     index = {name: i for i, name in enumerate(topology.names)}
     every_model = np.ones(len(topology.models), dtype=np.bool_)
     shapes: list[tuple[int, int, int, int]] = []
+    accepted: list[tuple[str, ...]] = []
     for number, pod in enumerate(gpu_pods):
         request = PodRequest(*_requests(pod), *_gpu_request(pod, shared), allowed_models=every_model)
-        shapes.append((request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli))
+        model = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+        if model is None or model in topology.models:
+            shapes.append((request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli))
+            accepted.append(() if model is None else (model,))
         at = index.get((pod.get("spec") or {}).get("nodeName") or "")
         if at is None:
             continue  # runs elsewhere: part of the workload to expect, not of these nodes
@@ -151,13 +162,14 @@ def cluster_view(
         except PlacementError:
             reasons.setdefault(topology.names[at], "runs more than its allocatable shows")
     shapes += extra_shapes  # the pods to place: what is expected to keep coming
+    accepted += [()] * len(extra_shapes)  # the nodes are the ones the job selects already
     workload = Pods.build(
         names=[str(i) for i in range(len(shapes))],
         cpu_milli=[s[0] for s in shapes],
         memory_mib=[s[1] for s in shapes],
         num_gpu=[s[2] for s in shapes],
         gpu_milli=[s[3] for s in shapes],
-        gpu_models=[() for _ in shapes],
+        gpu_models=accepted,
         models=topology.models,
     )
     switch = frozenset(
@@ -219,7 +231,12 @@ async def find_shares(
     shape = (*_requests(worker), 1, MILLI // shared.replicas)
     pods = await kube.list("v1", "Pod")  # every GPU pod: the workload the policy expects to keep coming
     cluster, reasons = cluster_view(
-        candidates, pods, shared, job=f"{job.namespace}/{job.name}", extra_shapes=[shape] * workers
+        candidates,
+        pods,
+        shared,
+        job=f"{job.namespace}/{job.name}",
+        extra_shapes=[shape] * workers,
+        selector={**job.spec.pod.node_selector, **job.overrides.node_selector},
     )
     request = PodRequest(*shape, allowed_models=np.ones(len(cluster.state.nodes.models), dtype=np.bool_))
     chosen = None
