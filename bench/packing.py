@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.packing --leave-one-out [--jobs 2] [--cache FILE]
     .venv/bin/python -m bench.packing --repack-bound [--trace default] [--seeds 3]
     .venv/bin/python -m bench.packing --mixes multigpu30,multigpu50 [--draw 0,1,2] [--seeds 10] [--jobs 2] [--cache F]
+    .venv/bin/python -m bench.packing --generated-clusters 60 [--models 2,3] [--jobs 2]
 
 The second form scores gpuwise's policy on traces its parameters were not chosen on
 (`bench/packing_holdout.py`); the third sets repacking's gain against a re-solve from scratch
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 
 from bench import repack_bound
+from bench.packing_generated import generated_clusters
 from bench.packing_holdout import leave_one_out, mixes
 from gpuwise.decide.packing.registry import POLICIES
 from gpuwise.simulate.cluster_trace import load_nodes, load_pods
@@ -59,13 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--draw", default="0", help="with --mixes: the generated traces' resampling seed, or several (0,1,2)"
     )
-    parser.add_argument("--jobs", type=int, default=1, help="processes for --leave-one-out and --mixes")
+    parser.add_argument(
+        "--generated-clusters", type=int, metavar="CASES", help="gpuwise against FGD on this many generated clusters"
+    )
+    parser.add_argument("--models", default="2,3", help="with --generated-clusters: GPU models per cluster")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes for --leave-one-out, --mixes, --generated-clusters"
+    )
     parser.add_argument(
         "--cache", type=Path, help="--leave-one-out and --mixes keep each seed's figures here and resume"
     )
     args = parser.parse_args(argv)
     if args.leave_one_out:
         return leave_one_out(args.data, args.cache, args.jobs)
+    if args.generated_clusters:
+        return generated_clusters(args.generated_clusters, [int(m) for m in args.models.split(",")], args.jobs)
     if args.mixes:
         seeds = list(range(args.first_seed, args.first_seed + args.seeds))
         draws = [int(draw) for draw in args.draw.split(",")]

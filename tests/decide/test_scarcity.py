@@ -15,7 +15,7 @@ from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.scarcity import ModelPressure
 from gpuwise.decide.packing.state import ClusterState
 from gpuwise.simulate.experiment import run_seed
-from tests.decide.test_rehearsal import generated
+from gpuwise.simulate.generated import generated
 
 ALONE = GpuwiseParameters(rehearsed_arrivals=0)
 WITHOUT = GpuwiseParameters(rehearsed_arrivals=0, weigh_contention=False)
