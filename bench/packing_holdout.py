@@ -192,7 +192,7 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
 
     print(f"\nscoring: seeds {SCORING_SEEDS[0]}-{SCORING_SEEDS[-1]}, gpuwise minus fgd per seed (mean ± stdev, wins)")
     header = (
-        f"{'trace':<12} {'held out':<9} {'chosen on the others':<22} {'fgd @100/@130':>15} "
+        f"{'trace':<15} {'held out':<9} {'chosen on the others':<22} {'fgd @100/@130':>15} "
         f"{'gain @100':>18} {'gain @130':>18}  goal"
     )
     print(header)
@@ -206,7 +206,7 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
         kind = "trace" if trace in SHARED_TRACES else "all"
         name = trace if from_file(data, trace) else f"{trace}*"
         print(
-            f"{name:<12} {kind:<9} {point.label:<22} {fgd[0]:>7.2f}/{fgd[1]:<7.2f} "
+            f"{name:<15} {kind:<9} {point.label:<22} {fgd[0]:>7.2f}/{fgd[1]:<7.2f} "
             f"{paired[0]!s:>18} {paired[1]!s:>18}  {'met' if ok else 'missed'}"
         )
     print("* generated: no trace file of that name in", data)
@@ -242,7 +242,7 @@ def mixes(
         "and with the two horizons alone; a draw resamples a generated trace, 'file' is a trace read as it is"
     )
     header = (
-        f"{'trace':<12} {'draw':>4} {'multi-GPU':>9} {'placed as':>10} {'gain @100':>19} {'gain @130':>19}"
+        f"{'trace':<15} {'draw':>4} {'multi-GPU':>9} {'placed as':>10} {'gain @100':>19} {'gain @130':>19}"
         f" {'alone @100':>19} {'alone @130':>19}"
     )
     print(header)
@@ -253,14 +253,14 @@ def mixes(
             paired = [Paired.of(results[draw].gains(trace, p, seeds, f)) for p in policies[1:] for f in FIELDS]
             placed = "fgd" if as_fgd[(trace, draw)] else "2 horizons"
             label = "file" if from_file(data, trace) else draw
-            print(f"{trace:<12} {label:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>19}" for p in paired))
+            print(f"{trace:<15} {label:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>19}" for p in paired))
         if len(drawn[trace]) > 1:
             pooled = [
                 Paired.of([g for draw in drawn[trace] for g in results[draw].gains(trace, p, seeds, f)])
                 for p in policies[1:]
                 for f in FIELDS
             ]
-            print(f"{trace:<12} {'all':>4} {'':>9} {'':>10} " + " ".join(f"{p!s:>19}" for p in pooled))
+            print(f"{trace:<15} {'all':>4} {'':>9} {'':>10} " + " ".join(f"{p!s:>19}" for p in pooled))
     return 0
 
 
