@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from gpuwise.decide.packing.gpuwise_policy import GpuwiseParameters
 from gpuwise.decide.packing.registry import PolicyChoice
+from gpuwise.decide.packing.rehearsal import CLEAR_ERRORS
 from gpuwise.simulate.experiment import run_seed
 from gpuwise.simulate.generated import generated
 
@@ -48,7 +49,10 @@ def case_gains(case: int, models: int) -> Gains | None:
 
 
 def generated_clusters(cases: int, models: Sequence[int], jobs: int) -> int:
-    print(f"seeds {SEEDS[0]}-{SEEDS[-1]}: gain over FGD per case, in points; 'clearly' is by two standard errors")
+    print(
+        f"seeds {SEEDS[0]}-{SEEDS[-1]}: gain over FGD per case, in points; "
+        f"'clearly' is by {CLEAR_ERRORS:g} standard errors"
+    )
     header = (
         f"{'models':>6} {'cases':>5} {'policy':<21} {'level':<5} {'mean':>6} {'ahead':>5} {'behind':>6} {'worst':>6}"
     )
@@ -62,8 +66,8 @@ def generated_clusters(cases: int, models: Sequence[int], jobs: int) -> int:
                 per_case = [[seed[level] for seed in gains[label]] for gains in found]
                 means = [statistics.fmean(g) for g in per_case]
                 errors = [statistics.stdev(g) / len(g) ** 0.5 for g in per_case]
-                ahead = sum(m > 2 * e and m > 0 for m, e in zip(means, errors, strict=True))
-                behind = sum(m < -2 * e and m < 0 for m, e in zip(means, errors, strict=True))
+                ahead = sum(m > CLEAR_ERRORS * e for m, e in zip(means, errors, strict=True))
+                behind = sum(m < -CLEAR_ERRORS * e for m, e in zip(means, errors, strict=True))
                 print(
                     f"{count:>6} {len(found):>5} {label:<21} {name:<5} {statistics.fmean(means):>+6.2f} "
                     f"{ahead:>5} {behind:>6} {min(means):>+6.2f}"

@@ -40,6 +40,7 @@ from gpuwise.decide.packing.policies import PlacementContext
 from gpuwise.decide.packing.registry import make_policy
 from gpuwise.decide.packing.state import ClusterState, PlacementError
 from gpuwise.hardware.gpu_specs import GPU_PRODUCT_LABEL
+from gpuwise.kube import job_overrides
 from gpuwise.kube.client import Kube
 from gpuwise.kube.resources import GPU_RESOURCE, cpu_cores, gpu_resources
 
@@ -150,11 +151,12 @@ def cluster_view(
     accepted: list[tuple[str, ...]] = []
     for number, pod in enumerate(gpu_pods):
         request = PodRequest(*_requests(pod), *_gpu_request(pod, shared), allowed_models=every_model)
-        model = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+        spec = pod.get("spec") or {}
+        model = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
         if model is None or model in topology.models:
             shapes.append((request.cpu_milli, request.memory_mib, request.num_gpu, request.gpu_milli))
             accepted.append(() if model is None else (model,))
-        at = index.get((pod.get("spec") or {}).get("nodeName") or "")
+        at = index.get(spec.get("nodeName") or "")
         if at is None:
             continue  # runs elsewhere: part of the workload to expect, not of these nodes
         try:
@@ -236,7 +238,7 @@ async def find_shares(
         shared,
         job=f"{job.namespace}/{job.name}",
         extra_shapes=[shape] * workers,
-        selector={**job.spec.pod.node_selector, **job.overrides.node_selector},
+        selector=job_overrides.node_selector(job.spec.pod.node_selector, job.overrides),
     )
     request = PodRequest(*shape, allowed_models=np.ones(len(cluster.state.nodes.models), dtype=np.bool_))
     chosen = None

@@ -115,6 +115,11 @@ def _prefer_nodes(pod: JsonDict, nodes: list[str]) -> None:
     preferred.append({"weight": 100, "preference": {"matchExpressions": [prefer]}})
 
 
+def node_selector(selector: Mapping[str, str] | None, overrides: JobOverrides) -> dict[str, str]:
+    """The nodeSelector a pod runs with: its own ``selector``, the overrides' labels on top."""
+    return {**(selector or {}), **overrides.node_selector}
+
+
 def render(pod_spec: JsonDict, container_name: str, overrides: JobOverrides) -> JsonDict:
     """The pod spec with the overrides applied to it and to its `container_name` container."""
     if overrides.placement() == NONE:
@@ -127,7 +132,7 @@ def render(pod_spec: JsonDict, container_name: str, overrides: JobOverrides) -> 
                 _set_env(container, {wiring.ENV_RESUME_FROM: overrides.resume_from})
             _set_resources(container, overrides)
     if overrides.node_selector:
-        pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **overrides.node_selector}
+        pod["nodeSelector"] = node_selector(pod.get("nodeSelector"), overrides)
     _avoid_nodes(pod, list(overrides.avoid_nodes))
     _prefer_nodes(pod, list(overrides.prefer_nodes))
     return pod
