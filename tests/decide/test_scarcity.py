@@ -27,7 +27,7 @@ def two_nodes() -> Nodes:
     )
 
 
-def pods_of(nodes: Nodes, *accepted: tuple[str, ...], gpu_milli: int = MILLI) -> Pods:
+def pods_of(nodes: Nodes, *accepted: tuple[str, ...]) -> Pods:
     """One-GPU pods, one per entry of ``accepted`` (the models it runs on; empty: any)."""
     count = len(accepted)
     return Pods.build(
@@ -35,7 +35,7 @@ def pods_of(nodes: Nodes, *accepted: tuple[str, ...], gpu_milli: int = MILLI) ->
         cpu_milli=[1000] * count,
         memory_mib=[0] * count,
         num_gpu=[1] * count,
-        gpu_milli=[gpu_milli] * count,
+        gpu_milli=[MILLI] * count,
         gpu_models=list(accepted),
         models=nodes.models,
     )
