@@ -14,9 +14,9 @@ scored on:
 - **Scoring.** The chosen point and FGD on the held-out trace with other seeds (the scoring
   seeds, the README's 42-51), paired: a seed gives both the same arrivals.
 - **Traces never seen at all.** The rest of the ATC'23 family, scored with the point chosen on
-  all three shared traces: gpushare40 ... multigpu50 as files where `--data` has them, or else as
-  stand-ins generated from the default trace (`gpuwise.simulate.variants`), and every other
-  `openb_pod_list_*.csv` in `--data` (gpuspec33, cpu050, ...) as it is.
+  all three shared traces: gpushare40 ... multigpu50 and cpu050 ... cpu250 as files where `--data`
+  has them, or else as stand-ins generated from the default trace (`gpuwise.simulate.variants`),
+  and every other `openb_pod_list_*.csv` in `--data` (gpuspec33, ...) as it is.
 
 The goal (issue 19) is a lead over FGD at 100 % and at 130 % on every trace larger than the
 seed-to-seed spread: here, a mean paired gain above the standard deviation of the paired gains.
@@ -53,7 +53,12 @@ from gpuwise.simulate.variants import parse, variant
 
 TRACE_PREFIX = "openb_pod_list_"
 SHARED_TRACES = ("default", "gpushare20", "multigpu20")
-GENERATED_TRACES = ("gpushare40", "gpushare60", "gpushare80", "multigpu30", "multigpu50")
+GENERATED_TRACES = (
+    *("gpushare40", "gpushare60", "gpushare80", "gpushare100"),
+    *("multigpu30", "multigpu40", "multigpu50"),
+    *("cpu050", "cpu100", "cpu200", "cpu250"),
+)
+"""The ATC'23 family's other traces that can be drawn from the default one."""
 VARIANT_BASES = {"gpuspec": "gpuspec33"}
 """The trace a kind's variants are drawn from where it is not the default one: the default trace
 has no pod bound to a GPU model, the ATC'23 authors' gpuspec33 (not shared here) a third."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from bench.packing_holdout import (
     DEFAULTS,
     GENERATED_TRACES,
@@ -15,6 +16,8 @@ from bench.packing_holdout import (
     load_trace,
     never_seen,
 )
+
+from gpuwise.simulate.variants import parse, share
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,96000,393216,8,V100\n"
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
@@ -71,5 +74,15 @@ def test_every_other_trace_file_is_scored_as_never_seen(tmp_path: Path) -> None:
     bare = tmp_path / "bare"
     bare.mkdir()
     assert never_seen(openb_dir(bare)) == GENERATED_TRACES
-    data = openb_dir(tmp_path, gpushare20=DEFAULT, gpushare40=DEFAULT, gpuspec33=DEFAULT, cpu050=DEFAULT)
-    assert never_seen(data) == (*GENERATED_TRACES, "cpu050", "gpuspec33")
+    data = openb_dir(tmp_path, gpushare20=DEFAULT, gpushare40=DEFAULT, gpuspec33=DEFAULT, nomem=DEFAULT)
+    assert never_seen(data) == (*GENERATED_TRACES, "gpuspec33", "nomem")
+
+
+def test_every_generated_trace_is_drawn_from_the_default_one_with_its_share(tmp_path: Path) -> None:
+    shapes = [(1, 500), (2, 1000), (1, 1000), (0, 0)]
+    default = HEADER + "".join(f"p{i},1000,0,{n},{m},\n" for i, (n, m) in enumerate(shapes * 50))
+    data = openb_dir(tmp_path, default=default)
+    for trace in GENERATED_TRACES:
+        kind, wanted = parse(trace)
+        pods = load_trace(data, trace)[1]
+        assert share(pods, kind) == pytest.approx(wanted, abs=0.03), trace
