@@ -62,7 +62,9 @@ GENERATED_TRACES = (
 VARIANT_BASES = {"gpuspec": "gpuspec33"}
 """The trace a kind's variants are drawn from where it is not the default one: the default trace
 has no pod bound to a GPU model, the ATC'23 authors' gpuspec33 (not shared here) a third."""
-GRID = tuple(GpuwiseParameters(weight, resolution) for weight in (0.3, 0.5, 0.7) for resolution in (25.0, 40.0, 55.0))
+GRID = tuple(
+    GpuwiseParameters(weight, resolution) for weight in (0.3, 0.5, 0.7, 0.9) for resolution in (25.0, 40.0, 55.0)
+)
 DEFAULTS = GpuwiseParameters()
 TWO_HORIZONS = DEFAULTS.two_horizons_only
 SELECTION_SEEDS = tuple(range(4))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from gpuwise.decide.packing.cluster import MILLI, Nodes, Pods
 from gpuwise.decide.packing.fit import candidates, placement
 from gpuwise.decide.packing.fragmentation import (
+    NEXT_POD_WEIGHT,
     FillFragmentation,
     FragmentationIndex,
     FragmentationMeasure,
@@ -82,7 +83,8 @@ def fill_waste(w: TargetWorkload, free: list[int], cpu: int, model: int) -> floa
 
 
 def two_horizon_waste(w: TargetWorkload, free: list[int], cpu: int, model: int) -> float:
-    return (next_pod_waste(w, free, cpu, model) + fill_waste(w, free, cpu, model)) / 2
+    weight = NEXT_POD_WEIGHT
+    return weight * next_pod_waste(w, free, cpu, model) + (1 - weight) * fill_waste(w, free, cpu, model)
 
 
 REFERENCES = {
