@@ -210,13 +210,12 @@ def test_the_shared_trace_is_the_one_of_the_paper() -> None:
 @pytest.mark.parametrize(
     ("trace", "fgd_published", "gpuwise_floor", "lead"),
     [
-        # gpuwise allocates more than fgd on 10/10 seeds of 42-51 at 100 % (9/10 at 130 %).
-        ("default", (95.23, 95.39), (95.30, 95.40), 0.0),
-        # gpuwise wins on 7/10 seeds at 100 % (6/10 at 130 %); seed 42 is one where it allocates
-        # 0.05 points less than fgd, so here it must only stay within a tenth of a point of it.
-        ("multigpu20", (95.53, 95.65), (95.50, 95.70), -0.1),
-        # gpuwise wins on 10/10 seeds at 100 % (9/10 at 130 %); the paper publishes no figure here.
-        ("gpushare20", None, (96.70, 96.75), 0.0),
+        # With the weight 0.9 gpuwise allocates more than fgd on 10/10 seeds of 42-51 at both
+        # levels of every shared trace, by +0.40 to +0.48 on average; on seed 42 by 0.35 or more.
+        ("default", (95.23, 95.39), (95.65, 95.73), 0.2),
+        ("multigpu20", (95.53, 95.65), (95.96, 96.13), 0.2),
+        # The paper publishes no figure here.
+        ("gpushare20", None, (96.90, 96.95), 0.2),
     ],
 )
 def test_trace_regression(
