@@ -69,7 +69,8 @@ _CHOICES_KEPT = 16
 
 @dataclass(frozen=True)
 class GpuwiseParameters:
-    """The policy's parameters. The defaults are the ones every figure in the README uses."""
+    """The policy's parameters. The README's figures use the defaults, except the tables it says
+    were measured with the earlier weight 0.5."""
 
     next_pod_weight: float = NEXT_POD_WEIGHT
     resolution_milli: float = RESOLUTION_MILLI
