@@ -25,6 +25,8 @@ from gpuwise.simulate.generated import generated
 SEEDS = tuple(range(100, 106))
 POLICIES: dict[str, PolicyChoice] = {
     "gpuwise": GpuwiseParameters(),
+    "gpuwise, w=0.9 only": GpuwiseParameters(other_weights=()),
+    "alone, w=0.5": GpuwiseParameters(0.5, rehearsed_arrivals=0),
     "alone": GpuwiseParameters(rehearsed_arrivals=0),
     "alone, no contention": GpuwiseParameters(rehearsed_arrivals=0, weigh_contention=False),
 }

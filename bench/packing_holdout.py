@@ -188,18 +188,20 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
         "selection: the paired margin over FGD (the lower of @100 and @130), seeds "
         f"{SELECTION_SEEDS[0]}-{SELECTION_SEEDS[-1]}"
     )
-    print(f"{'point':<22}" + "".join(f"{t:>12}" for t in SHARED_TRACES))
+    print(f"{'point':<26}" + "".join(f"{t:>12}" for t in SHARED_TRACES))
     for point in GRID:
-        print(f"{point.label:<22}" + "".join(f"{margin(results, t, point):>+12.3f}" for t in SHARED_TRACES))
+        print(f"{point.label:<26}" + "".join(f"{margin(results, t, point):>+12.3f}" for t in SHARED_TRACES))
 
     chosen = {t: choose(results, [o for o in SHARED_TRACES if o != t]) for t in SHARED_TRACES}
     everywhere = choose(results, SHARED_TRACES)
     chosen.update(dict.fromkeys(never_seen(data), everywhere))
     results.ensure((t, p, s) for t, point in chosen.items() for p in ("fgd", point) for s in SCORING_SEEDS)
 
+    placed = placements(data, [(t, 0, point) for t, point in chosen.items()], jobs)
+
     print(f"\nscoring: seeds {SCORING_SEEDS[0]}-{SCORING_SEEDS[-1]}, gpuwise minus fgd per seed (mean ± stdev, wins)")
     header = (
-        f"{'trace':<15} {'held out':<9} {'chosen on the others':<22} {'fgd @100/@130':>15} "
+        f"{'trace':<15} {'held out':<9} {'chosen on the others':<26} {'placed as':>9} {'fgd @100/@130':>15} "
         f"{'gain @100':>18} {'gain @130':>18}  goal"
     )
     print(header)
@@ -213,7 +215,7 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
         kind = "trace" if trace in SHARED_TRACES else "all"
         name = trace if from_file(data, trace) else f"{trace}*"
         print(
-            f"{name:<15} {kind:<9} {point.label:<22} {fgd[0]:>7.2f}/{fgd[1]:<7.2f} "
+            f"{name:<15} {kind:<9} {point.label:<26} {placed[(trace, 0)]:>9} {fgd[0]:>7.2f}/{fgd[1]:<7.2f} "
             f"{paired[0]!s:>18} {paired[1]!s:>18}  {'met' if ok else 'missed'}"
         )
     print("* generated: no trace file of that name in", data)
@@ -221,10 +223,21 @@ def leave_one_out(data: Path, cache: Path | None, jobs: int) -> int:
     return 0
 
 
-def _rehearsed_as_fgd(data: Path, trace: str, draw: int) -> bool:
-    """Whether gpuwise's rehearsal on this trace's cluster and mix chose to place as FGD."""
+def placed_as(data: Path, trace: str, draw: int = 0, parameters: GpuwiseParameters = DEFAULTS) -> str:
+    """What gpuwise's rehearsal on this trace's cluster and mix chose: "fgd", or the two horizons
+    at a next-pod weight ("w=0.9")."""
     nodes, pods = load_trace(data, trace, draw)
-    return GpuwisePolicy(empty_cluster_context(nodes, pods, np.random.default_rng(0))).as_fgd
+    weight = GpuwisePolicy(empty_cluster_context(nodes, pods, np.random.default_rng(0)), parameters).next_pod_weight
+    return "fgd" if weight is None else f"w={weight:g}"
+
+
+def placements(
+    data: Path, chosen: Sequence[tuple[str, int, GpuwiseParameters]], jobs: int
+) -> dict[tuple[str, int], str]:
+    """:func:`placed_as` for each (trace, draw, parameters), rehearsed in ``jobs`` processes."""
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {(t, d): pool.submit(placed_as, data, t, d, p) for t, d, p in chosen}
+        return {key: future.result() for key, future in futures.items()}
 
 
 def mixes(
@@ -238,9 +251,7 @@ def mixes(
     if len(seeds) < 2:
         raise SystemExit("--mixes needs at least 2 seeds: the spread is part of the figure")
     results = {draw: Results(data, _per_draw(cache, draw), jobs=jobs, draw=draw) for draw in draws}
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        rehearsed = {(t, d): pool.submit(_rehearsed_as_fgd, data, t, d) for t in traces for d in drawn[t]}
-        as_fgd = {key: future.result() for key, future in rehearsed.items()}
+    placed = placements(data, [(t, d, DEFAULTS) for t in traces for d in drawn[t]], jobs)
     policies: tuple[PolicyChoice, ...] = ("fgd", DEFAULTS, TWO_HORIZONS)
     for draw, result in results.items():
         result.ensure((t, p, s) for t in traces if draw in drawn[t] for p in policies for s in seeds)
@@ -258,9 +269,11 @@ def mixes(
         for draw in drawn[trace]:
             share = TargetWorkload.from_pods(load_trace(data, trace, draw)[1]).multi_gpu_share
             paired = [Paired.of(results[draw].gains(trace, p, seeds, f)) for p in policies[1:] for f in FIELDS]
-            placed = "fgd" if as_fgd[(trace, draw)] else "2 horizons"
             label = "file" if from_file(data, trace) else draw
-            print(f"{trace:<15} {label:>4} {share:>9.3f} {placed:>10} " + " ".join(f"{p!s:>19}" for p in paired))
+            print(
+                f"{trace:<15} {label:>4} {share:>9.3f} {placed[(trace, draw)]:>10} "
+                + " ".join(f"{p!s:>19}" for p in paired)
+            )
         if len(drawn[trace]) > 1:
             pooled = [
                 Paired.of([g for draw in drawn[trace] for g in results[draw].gains(trace, p, seeds, f)])

@@ -204,7 +204,8 @@ def test_gpuwise_places_every_pod_where_the_policy_its_rehearsal_chose_does(
     nodes, pods = cluster
     assume((pods.total_gpu_milli > 0).any())
     context = PlacementContext.for_pods(ClusterState(nodes), pods, np.random.default_rng(0).permutation(len(nodes)))
-    chosen = "fgd" if GpuwisePolicy(context).as_fgd else GpuwiseParameters(rehearsed_arrivals=0)
+    weight = GpuwisePolicy(context).next_pod_weight
+    chosen = "fgd" if weight is None else GpuwiseParameters(weight, rehearsed_arrivals=0)
     order = list(range(len(pods)))
     ours, theirs = replay("gpuwise", nodes, pods, order, seed), replay(chosen, nodes, pods, order, seed)
     assert {pod: b.placement for pod, b in ours.bindings.items()} == {

@@ -4,7 +4,7 @@ is the policy that fills more on arrivals it never saw."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,6 +21,7 @@ from gpuwise.decide.packing.rehearsal import (
     Score,
     Verdict,
     compare,
+    compare_all,
     draw_arrivals,
     fingerprint,
     rehearse,
@@ -151,6 +152,42 @@ def test_a_comparison_draws_on_while_neither_policy_is_clearly_ahead(case: int, 
         compare(context, two, fgd, 0)
 
 
+@pytest.mark.parametrize(("case", "leader_ahead"), [(0, True), (63, False)])
+def test_several_challengers_are_compared_on_the_same_draws_until_the_leader_is_decided(
+    case: int, leader_ahead: bool
+) -> None:
+    nodes, pods = generated(case)
+    context = empty_cluster_context(nodes, pods, np.random.default_rng(0))
+    capacity = nodes.gpu_capacity_milli
+    arrived = np.cumsum(
+        [len(draw_arrivals(context.mix, REHEARSAL_RATIO * capacity, np.random.default_rng(k))) for k in range(60)]
+    )
+    arrivals = int(arrived[1])
+
+    def two(c: PlacementContext) -> Policy:
+        return make_policy(TWO_HORIZONS, c)
+
+    def fgd(c: PlacementContext) -> Policy:
+        return make_policy("fgd", c)
+
+    verdicts = compare_all(context, [two, fgd], fgd, arrivals)
+    alone = compare(context, two, fgd, arrivals)
+    if leader_ahead:
+        # The two horizons lead, and once they are clearly ahead the draws stop, as they do with
+        # them alone: FGD against itself (never decided) does not hold the comparison open.
+        assert alone.clear_lead
+        assert verdicts == [alone, Verdict(0.0, 0.0, alone.draws)]
+    else:
+        # FGD against itself leads (the two horizons are behind) and is never decided: the draws
+        # go on to twice the arrivals, for both challengers alike.
+        assert alone.gain < 0
+        extended = int(np.searchsorted(arrived, UNDECIDED_EXTENSION * arrivals)) + 1
+        assert verdicts[1] == Verdict(0.0, 0.0, extended)
+        assert verdicts[0].draws == extended and verdicts[0].gain < 0
+    with pytest.raises(ValueError, match="at least one challenger"):
+        compare_all(context, [], fgd, arrivals)
+
+
 def test_without_a_clear_lead_the_policy_places_as_fgd() -> None:
     """On case 6 the two horizons allocate a little more over the draws a small budget allows, but
     not by two standard errors: the policy places as FGD, the reference."""
@@ -162,7 +199,7 @@ def test_without_a_clear_lead_the_policy_places_as_fgd() -> None:
     )
     verdict = compare(context, lambda c: make_policy(TWO_HORIZONS, c), lambda c: make_policy("fgd", c), arrivals)
     assert verdict.gain > 0 and not verdict.decided and verdict.draws > 2
-    assert GpuwisePolicy(context, GpuwiseParameters(rehearsed_arrivals=arrivals)).as_fgd
+    assert GpuwisePolicy(context, GpuwiseParameters(rehearsed_arrivals=arrivals, other_weights=())).as_fgd
 
 
 def test_a_rehearsal_leaves_the_cluster_as_it_found_it_and_counts_what_runs() -> None:
@@ -197,40 +234,56 @@ def test_the_fingerprint_changes_with_what_changes_the_answer() -> None:
     assert fingerprint(other_mix, TWO_HORIZONS) != fingerprint(context, TWO_HORIZONS)
 
 
-def held_out_gain(nodes: Nodes, pods: Pods, seeds: Sequence[int]) -> tuple[float, float]:
-    """The two horizons' allocation minus FGD's (mean of @100 and @130) on the trace's own
-    arrival orders: mean and standard error over ``seeds``."""
+SEEDS = range(100, 106)
+
+
+def held_out_gains(nodes: Nodes, pods: Pods, choice: PolicyChoice) -> list[float]:
+    """Per seed of the trace's own arrival orders, ``choice``'s allocation minus FGD's (the mean
+    of @100 and @130)."""
     gains = []
-    for seed in seeds:
-        ours, fgd = run_seed(nodes, pods, TWO_HORIZONS, seed), run_seed(nodes, pods, "fgd", seed)
+    for seed in SEEDS:
+        ours, fgd = run_seed(nodes, pods, choice, seed), run_seed(nodes, pods, "fgd", seed)
         gains.append((ours.alloc_at_100 - fgd.alloc_at_100 + ours.alloc_at_130 - fgd.alloc_at_130) / 2)
-    return statistics.fmean(gains), statistics.stdev(gains) / len(gains) ** 0.5
+    return gains
 
 
 @pytest.mark.parametrize(
-    ("case", "models", "fgd_fills_more"),
-    [(0, 1, False), (2, 1, False), (39, 1, False), (63, 1, True), (0, 3, False), (63, 2, True)],
+    ("case", "models", "best"),
+    [(2, 1, 0.5), (39, 1, 0.9), (63, 1, None), (3, 2, 0.5), (63, 2, None)],
 )
 def test_the_rehearsal_chooses_the_policy_that_fills_more_on_arrivals_it_never_saw(
-    case: int, models: int, fgd_fills_more: bool
+    case: int, models: int, best: float | None
 ) -> None:
+    """Of FGD (None) and the two horizons at each weight rehearsed, the rehearsal chooses the one
+    that allocates clearly most on the trace's own seeds, which it never saw."""
     nodes, pods = generated(case, models=models)
     assert pods.allowed.all() == (models == 1), "pods that accept only some GPU models, where there are several"
-    seeds = range(100, 106)
-    gain, error = held_out_gain(nodes, pods, seeds)
-    assert (gain < 0) == fgd_fills_more and abs(gain) > 2 * error, "the case is no clear one either way"
-    policy = GpuwisePolicy(empty_cluster_context(nodes, pods, np.random.default_rng(0)))
-    assert policy.as_fgd == fgd_fills_more
-    # And the rehearsed policy allocates what the better of the two does, seed by seed.
-    better: PolicyChoice = "fgd" if fgd_fills_more else TWO_HORIZONS
-    for seed in seeds:
-        assert run_seed(nodes, pods, "gpuwise", seed).alloc_at_130 == run_seed(nodes, pods, better, seed).alloc_at_130
+    parameters = GpuwiseParameters()
+    gains: dict[float | None, list[float]] = {None: [0.0] * len(SEEDS)}
+    for weight in (0.9, 0.5):
+        gains[weight] = held_out_gains(nodes, pods, replace(TWO_HORIZONS, next_pod_weight=weight))
+    assert set(gains) == {*parameters.rehearsed_weights, None}
+    for other in set(gains) - {best}:
+        lead = [ours - theirs for ours, theirs in zip(gains[best], gains[other], strict=True)]
+        assert statistics.fmean(lead) > 2 * statistics.stdev(lead) / len(lead) ** 0.5, f"no clear lead over {other}"
+    policy = GpuwisePolicy(empty_cluster_context(nodes, pods, np.random.default_rng(0)), parameters)
+    assert policy.next_pod_weight == best and policy.as_fgd == (best is None)
+    # And the rehearsed policy allocates what the best one does, seed by seed.
+    chosen: PolicyChoice = "fgd" if best is None else replace(TWO_HORIZONS, next_pod_weight=best)
+    for seed in SEEDS:
+        assert run_seed(nodes, pods, "gpuwise", seed).alloc_at_130 == run_seed(nodes, pods, chosen, seed).alloc_at_130
 
 
 def test_the_rehearsal_budget_is_checked_and_named_in_the_label() -> None:
     # Labels key the benchmarks' caches: the policy without its rehearsal must never share one.
-    assert GpuwiseParameters().label == "gpuwise(w=0.9,r=40)"
+    assert GpuwiseParameters().label == "gpuwise(w=0.9|0.5,r=40)"
     assert TWO_HORIZONS.label == "gpuwise(w=0.9,r=40,rehearsed=0)"
+    # The weights rehearsed are named once each, the policy's own first.
+    assert GpuwiseParameters(0.5).label == "gpuwise(w=0.5,r=40)"
+    assert GpuwiseParameters(0.7, other_weights=(0.5, 0.3)).rehearsed_weights == (0.7, 0.5, 0.3)
+    assert GpuwiseParameters(other_weights=()).label == "gpuwise(w=0.9,r=40)"
+    with pytest.raises(ValueError, match=r"next_pod_weight must be in \[0, 1\], got 1.5"):
+        GpuwiseParameters(other_weights=(1.5,))
     assert GpuwiseParameters(0.7, 25, rehearsed_arrivals=500).two_horizons_only == GpuwiseParameters(0.7, 25, 0)
     with pytest.raises(ValueError, match=r"rehearsed_arrivals must be 0 \(never place as FGD\) or more, got -1"):
         GpuwiseParameters(rehearsed_arrivals=-1)

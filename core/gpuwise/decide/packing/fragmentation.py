@@ -202,7 +202,8 @@ NEXT_POD_WEIGHT = 0.9
 the traces it is scored on: of the grid ``bench.packing --leave-one-out`` searches (weights
 0.3-0.9, resolutions 25-55 milli), (0.9, 40) has the largest worst-trace margin over FGD on the
 three shared traces, and held out one at a time each of them chooses 0.9 too. It was 0.5 until
-2026-11-27, when the grid first went past 0.7."""
+2026-11-27, when the grid first went past 0.7. gpuwise's rehearsal may place with 0.5 instead
+(:data:`~gpuwise.decide.packing.gpuwise_policy.OTHER_WEIGHTS`), where that fills the cluster better."""
 
 
 def checked_weight(next_pod_weight: float) -> float:

@@ -1,4 +1,4 @@
-"""Which of two placement policies fills this cluster better, found by rehearsing both.
+"""Which of a few placement policies fills this cluster best, found by rehearsing them.
 
 The policy that allocates most depends on the mix of pod shapes a cluster sees: gpuwise's
 two-horizon measure leads FGD by a few tenths of a point on some mixes and trails it by as much on
@@ -13,8 +13,9 @@ common shapes alone, a policy that plans for exactly those looks 0.2-0.5 points 
 does on the trace. Pods never leave and memory is not asked, as in the simulator; a rehearsal
 is deterministic (its own seeds), so the same cluster and mix always get the same answer.
 
-Draws differ, on a large cluster by as much as the policies do, so :func:`compare` draws on
-while neither of two policies is clearly ahead, and says whether one is.
+Draws differ, on a large cluster by as much as the policies do, so :func:`compare_all` draws on
+while the challenger that leads a reference is neither clearly ahead of it nor clearly behind, and
+says how far each challenger is.
 """
 
 from __future__ import annotations
@@ -142,27 +143,52 @@ def compare(
     max_draws: int = MAX_DRAWS,
     ratio: float = REHEARSAL_RATIO,
 ) -> Verdict:
-    """``challenger`` against ``reference`` over the draws :func:`rehearse` takes for ``arrivals``
-    pods, and more while neither is ahead by :data:`CLEAR_ERRORS` standard errors, until
-    :data:`UNDECIDED_EXTENSION` times ``arrivals`` have arrived (or ``max_draws``).
+    """``challenger`` against ``reference``: :func:`compare_all` with one challenger."""
+    return compare_all(context, (challenger,), reference, arrivals, max_draws=max_draws, ratio=ratio)[0]
+
+
+def compare_all(
+    context: PlacementContext,
+    challengers: Sequence[Callable[[PlacementContext], Policy]],
+    reference: Callable[[PlacementContext], Policy],
+    arrivals: int,
+    *,
+    max_draws: int = MAX_DRAWS,
+    ratio: float = REHEARSAL_RATIO,
+) -> list[Verdict]:
+    """Each of ``challengers`` against ``reference``, on the same draws: the draws :func:`rehearse`
+    takes for ``arrivals`` pods, and more while the challenger that gained most is neither ahead
+    nor behind by :data:`CLEAR_ERRORS` standard errors, until :data:`UNDECIDED_EXTENSION` times
+    ``arrivals`` have arrived (or ``max_draws``). Only the leader's verdict needs to be decided:
+    whether it leads clearly is what a choice among the challengers turns on.
 
     Draws differ by tenths of a point on a large cluster, as much as the gains at stake do; a
     few more draws tell most close calls apart (a rehearsed +0.08 points at three draws was +0.01
     at ten, on a mix where FGD allocates 0.07 more)."""
     if arrivals < 1:
         raise ValueError(f"arrivals must be at least 1, got {arrivals}")
-    gains: list[float] = []
-    arrived_in_all = 0
-    verdict = Verdict(0.0, 0.0, 0)
-    while len(gains) < max_draws:
-        arrived, (ours, theirs) = _rehearse_draw(context, (challenger, reference), len(gains), ratio)
-        gains.append(float(ours.sum() - theirs.sum()))
+    if not challengers:
+        raise ValueError("compare_all needs at least one challenger")
+    gains: list[list[float]] = [[] for _ in challengers]
+    arrived_in_all = draws = 0
+    verdicts = [Verdict(0.0, 0.0, 0) for _ in challengers]
+    while draws < max_draws:
+        arrived, scores = _rehearse_draw(context, (*challengers, reference), draws, ratio)
+        totals = scores.sum(axis=1)
+        draws += 1
         arrived_in_all += arrived
-        error = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else 0.0
-        verdict = Verdict(statistics.fmean(gains), error, len(gains))
-        if arrived_in_all >= arrivals and (verdict.decided or arrived_in_all >= UNDECIDED_EXTENSION * arrivals):
+        for own, total in zip(gains, totals[:-1], strict=True):
+            own.append(float(total - totals[-1]))
+        verdicts = [_verdict(own) for own in gains]
+        decided = max(verdicts, key=lambda verdict: verdict.gain).decided
+        if arrived_in_all >= arrivals and (decided or arrived_in_all >= UNDECIDED_EXTENSION * arrivals):
             break
-    return verdict
+    return verdicts
+
+
+def _verdict(gains: Sequence[float]) -> Verdict:
+    error = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else 0.0
+    return Verdict(statistics.fmean(gains), error, len(gains))
 
 
 def _rehearse_draw(
