@@ -132,19 +132,21 @@ class GpuwisePolicy:
         self.node_rank = context.node_rank
         self.next_pod_weight = self._rehearsed_weight(context)
         """The two horizons' weight it places with; None where it places as FGD."""
-        as_fgd = self.next_pod_weight is None
-        self._fgd = FragmentationGradientPolicy(context) if as_fgd else None
-        self._fragmentation = None
-        if self.next_pod_weight is not None:
+        self._fgd: FragmentationGradientPolicy | None = None
+        self._fragmentation: FragmentationIndex | None = None
+        self._contention: ModelPressure | None = None
+        if self.next_pod_weight is None:
+            self._fgd = FragmentationGradientPolicy(context)
+        else:
             measure = TwoHorizonFragmentation(context.workload, self.next_pod_weight)
             self._fragmentation = FragmentationIndex(measure, context.state)
-        weigh = self.parameters.weigh_contention and not as_fgd
-        self._contention = ModelPressure.where_it_matters(context.mix, context.state) if weigh else None
+            if self.parameters.weigh_contention:
+                self._contention = ModelPressure.where_it_matters(context.mix, context.state)
 
     @property
     def as_fgd(self) -> bool:
         """Whether the rehearsal showed no clear lead of the two horizons over FGD, so the policy places as FGD."""
-        return self._fgd is not None
+        return self.next_pod_weight is None
 
     def _rehearsed_weight(self, context: PlacementContext) -> float | None:
         """The next-pod weight to place with, or None to place as FGD: of the two horizons at each
