@@ -24,6 +24,7 @@ from gpuwise.decide.packing.rehearsal import (
     compare_all,
     draw_arrivals,
     fingerprint,
+    preferred,
     rehearse,
 )
 from gpuwise.decide.packing.state import ClusterState
@@ -32,6 +33,7 @@ from gpuwise.simulate.generated import generated
 from gpuwise.simulate.replay import empty_cluster_context, replay
 
 TWO_HORIZONS = GpuwiseParameters(rehearsed_arrivals=0)
+LEVELS = ("at_capacity", "at_end")
 
 
 def mix_of(*shapes: tuple[int, int, int, float], models: int = 1) -> TargetWorkload:
@@ -130,21 +132,29 @@ def test_a_comparison_draws_on_while_neither_policy_is_clearly_ahead(case: int, 
 
     # A policy against itself is never ahead: the draws go on until twice the arrivals.
     same = compare(context, fgd, fgd, arrivals)
-    assert same == Verdict(0.0, 0.0, int(np.searchsorted(arrived, UNDECIDED_EXTENSION * arrivals)) + 1)
+    assert same == Verdict(Score(0.0, 0.0), 0.0, int(np.searchsorted(arrived, UNDECIDED_EXTENSION * arrivals)) + 1)
     assert not same.clear_lead and not same.decided
 
-    # The verdict is the mean and standard error of each draw's difference, as the simulator
-    # measures them, and the draws stopped at the first one past the arrivals where one was ahead.
+    # The verdict is the mean of each draw's difference at each level, and the standard error of
+    # the total's, as the simulator measures them; the draws stopped at the first one past the
+    # arrivals where one was ahead.
     verdict = compare(context, two, fgd, arrivals)
     assert verdict.draws == decided_after
     draws = range(verdict.draws)
-    gains = [simulated(context, TWO_HORIZONS, k).total - simulated(context, "fgd", k).total for k in draws]
+    ours, theirs = ([simulated(context, choice, k) for k in draws] for choice in (TWO_HORIZONS, "fgd"))
 
     def after(draws: int) -> Verdict:
-        return Verdict(statistics.fmean(gains[:draws]), statistics.stdev(gains[:draws]) / np.sqrt(draws), draws)
+        pairs = list(zip(ours[:draws], theirs[:draws], strict=True))
+        gains = Score(*(statistics.fmean(getattr(a, level) - getattr(b, level) for a, b in pairs) for level in LEVELS))
+        error = statistics.stdev(a.total - b.total for a, b in pairs) / np.sqrt(draws)
+        return Verdict(gains, error, draws)
 
-    assert verdict.gain == pytest.approx(after(verdict.draws).gain)
-    assert verdict.error == pytest.approx(after(verdict.draws).error)
+    expected = after(verdict.draws)
+    assert verdict.gains.at_capacity == pytest.approx(expected.gains.at_capacity)
+    assert verdict.gains.at_end == pytest.approx(expected.gains.at_end)
+    assert verdict.gain == pytest.approx(expected.gain)
+    assert verdict.lower_gain == min(verdict.gains.at_capacity, verdict.gains.at_end)
+    assert verdict.error == pytest.approx(expected.error)
     assert verdict.decided or arrived[verdict.draws - 1] >= UNDECIDED_EXTENSION * arrivals
     assert all(not after(k).decided for k in range(2, verdict.draws))
     assert verdict.clear_lead == (verdict.gain > CLEAR_ERRORS * verdict.error)
@@ -176,16 +186,32 @@ def test_several_challengers_are_compared_on_the_same_draws_until_the_leader_is_
         # The two horizons lead, and once they are clearly ahead the draws stop, as they do with
         # them alone: FGD against itself (never decided) does not hold the comparison open.
         assert alone.clear_lead
-        assert verdicts == [alone, Verdict(0.0, 0.0, alone.draws)]
+        assert verdicts == [alone, Verdict(Score(0.0, 0.0), 0.0, alone.draws)]
     else:
         # FGD against itself leads (the two horizons are behind) and is never decided: the draws
         # go on to twice the arrivals, for both challengers alike.
         assert alone.gain < 0
         extended = int(np.searchsorted(arrived, UNDECIDED_EXTENSION * arrivals)) + 1
-        assert verdicts[1] == Verdict(0.0, 0.0, extended)
+        assert verdicts[1] == Verdict(Score(0.0, 0.0), 0.0, extended)
         assert verdicts[0].draws == extended and verdicts[0].gain < 0
     with pytest.raises(ValueError, match="at least one challenger"):
         compare_all(context, [], fgd, arrivals)
+
+
+def test_of_the_challengers_clearly_ahead_the_one_whose_lower_level_gained_most_is_preferred() -> None:
+    def verdict(at_capacity: float, at_end: float, error: float = 1.0) -> Verdict:
+        return Verdict(Score(at_capacity, at_end), error, draws=4)
+
+    evenly = verdict(300, 300)
+    at_capacity_only = verdict(640, 2)  # more in all, nearly nothing at the end
+    unclear = verdict(400, 400, error=500)  # the most at both levels, within the noise
+    assert preferred([at_capacity_only, evenly, unclear]) == 1
+    assert preferred([unclear, at_capacity_only]) == 1, "a lead at one level is still a lead"
+    assert preferred([evenly, verdict(301, 299)]) == 0, "the first of equal lower levels"
+    assert preferred([unclear, verdict(-50, 40)]) is None
+    # A single draw shows no spread, so no lead is clear however large.
+    assert preferred([Verdict(Score(900, 900), 0.0, draws=1)]) is None
+    assert at_capacity_only.gain > evenly.gain and at_capacity_only.lower_gain == 2
 
 
 def test_without_a_clear_lead_the_policy_places_as_fgd() -> None:
@@ -276,7 +302,7 @@ def test_the_rehearsal_chooses_the_policy_that_fills_more_on_arrivals_it_never_s
 
 def test_the_rehearsal_budget_is_checked_and_named_in_the_label() -> None:
     # Labels key the benchmarks' caches: the policy without its rehearsal must never share one.
-    assert GpuwiseParameters().label == "gpuwise(w=0.9|0.5,r=40)"
+    assert GpuwiseParameters().label == "gpuwise(w=0.9|0.5,r=40,by=lower)"
     assert TWO_HORIZONS.label == "gpuwise(w=0.9,r=40,rehearsed=0)"
     # The weights rehearsed are named once each, the policy's own first.
     assert GpuwiseParameters(0.5).label == "gpuwise(w=0.5,r=40)"

@@ -25,8 +25,9 @@ share of multi-GPU pods, says which; nor does one weight of the two horizons sui
 (0.9 on the Alibaba traces, 0.5 on small clusters of several GPU models). So before it places
 anything the policy rehearses FGD and the two horizons at both weights
 (:mod:`~gpuwise.decide.packing.rehearsal`): pods drawn from the cluster's own mix arrive, and it
-places with the weight that allocated most, unless that is not clearly more than FGD (by two
-standard errors over the draws): then it places as FGD does.
+places with the weight whose lower level (at capacity, at the end) gained most over FGD, of
+those that allocated clearly more than FGD (by two standard errors over the draws); where none
+did, it places as FGD does.
 
 Measured with ``gpuwise simulate packing`` on the Alibaba trace, it allocates more than FGD on
 the default, GPU-sharing-heavy and multi-GPU-heavy workloads, by a few tenths of a point: at
@@ -51,7 +52,7 @@ from gpuwise.decide.packing.fragmentation import (
     checked_weight,
 )
 from gpuwise.decide.packing.policies import FragmentationGradientPolicy, PlacementContext, best_candidate
-from gpuwise.decide.packing.rehearsal import compare_all, fingerprint
+from gpuwise.decide.packing.rehearsal import compare_all, fingerprint, preferred
 from gpuwise.decide.packing.scarcity import ModelPressure
 from gpuwise.decide.packing.state import ClusterState
 
@@ -108,6 +109,8 @@ class GpuwiseParameters:
         suffix = "" if rehearsed == REHEARSED_ARRIVALS else f",rehearsed={rehearsed}"
         suffix += "" if self.weigh_contention else ",contention=off"
         weights = "|".join(f"{weight:g}" for weight in self.rehearsed_weights)
+        # The choice among weights changed to go by the lower level: a new name, so no cache mixes the two.
+        suffix += ",by=lower" if len(self.rehearsed_weights) > 1 else ""
         return f"gpuwise(w={weights},r={self.resolution_milli:g}{suffix})"
 
     @property
@@ -150,9 +153,9 @@ class GpuwisePolicy:
 
     def _rehearsed_weight(self, context: PlacementContext) -> float | None:
         """The next-pod weight to place with, or None to place as FGD: of the two horizons at each
-        of :attr:`GpuwiseParameters.rehearsed_weights`, the one the rehearsal saw allocate most, if
-        that is more than FGD by a clear lead. The reference is departed from only where that pays
-        beyond the rehearsal's own noise."""
+        of :attr:`GpuwiseParameters.rehearsed_weights`, the one
+        :func:`~gpuwise.decide.packing.rehearsal.preferred` names.
+        The reference is departed from only where that pays beyond the rehearsal's own noise."""
         weights = self.parameters.rehearsed_weights
         arrivals = self.parameters.rehearsed_arrivals
         if not arrivals or not context.mix.total_gpu_milli.any():
@@ -163,11 +166,10 @@ class GpuwisePolicy:
                 partial(GpuwisePolicy, parameters=replace(self.parameters.two_horizons_only, next_pod_weight=weight))
                 for weight in weights
             ]
-            verdicts = compare_all(context, challengers, FragmentationGradientPolicy, arrivals)
-            ahead = [index for index, verdict in enumerate(verdicts) if verdict.clear_lead]
+            chosen = preferred(compare_all(context, challengers, FragmentationGradientPolicy, arrivals))
             while len(_CHOICES) >= _CHOICES_KEPT:
                 del _CHOICES[next(iter(_CHOICES))]
-            _CHOICES[key] = weights[max(ahead, key=lambda index: verdicts[index].gain)] if ahead else None
+            _CHOICES[key] = None if chosen is None else weights[chosen]
         return _CHOICES[key]
 
     def __call__(self, state: ClusterState, request: PodRequest, rng: np.random.Generator) -> Placement | None:
