@@ -29,6 +29,7 @@ follows from its node's summary in O(levels), and its fragmentation in O(shapes)
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
@@ -97,19 +98,43 @@ class TargetWorkload:
 
 @dataclass(frozen=True)
 class Summary:
-    """Per node state and level: what the fragmentation measures need to know about its GPUs."""
+    """Per node state: what the fragmentation measures need to know about its GPUs, as one
+    integer matrix with a row per node state and these columns, for ``L`` levels:
 
-    idle: IntArray
-    """Free GPU milli of the node."""
-    below: IntArray
-    """Free milli on the node's GPUs with less free than the level."""
-    fitting: IntArray
-    """GPUs with at least the level free."""
-    copies: IntArray
-    """How many tasks of the level's milli the free GPUs can hold (one GPU each)."""
+    - ``0``: the free GPU milli of the node (:attr:`idle`);
+    - ``1 .. L``: per level, the free milli on GPUs with less free than the level;
+    - ``L+1 .. 2L``: per level, the GPUs with at least the level free;
+    - ``2L+1 .. 3L``: per level, how many tasks of the level's milli the free GPUs can hold, one
+      GPU each.
+
+    One matrix rather than four arrays: a placement on a small cluster scores a handful of
+    candidates, so the numpy calls per placement, not their size, are what it costs.
+    """
+
+    counts: IntArray
+
+    @property
+    def idle(self) -> IntArray:
+        return self.counts[:, 0]
 
     def take(self, rows: IntArray) -> Summary:
-        return Summary(self.idle[rows], self.below[rows], self.fitting[rows], self.copies[rows])
+        return Summary(self.counts[rows])
+
+
+@functools.lru_cache(maxsize=16)
+def _per_gpu_counts(levels: tuple[int, ...]) -> IntArray:
+    """What one GPU with f free milli adds to each column of a :class:`Summary`, a row for each f
+    in -1 (no GPU) .. 1000: a table lookup is several times faster than comparing and dividing
+    per candidate. Kept per levels: a rehearsal builds a measure per draw and policy, and on a
+    cluster of a node or two building this table is a third of its time."""
+    level = np.array(levels, dtype=np.int64)
+    free = np.arange(-1, MILLI + 1)[:, None]
+    gpu_free = np.clip(free, 0, None)
+    table: IntArray = np.hstack(
+        (gpu_free, np.where(free < level, gpu_free, 0), (free >= level).astype(np.int64), gpu_free // level)
+    )
+    table.flags.writeable = False
+    return table
 
 
 class FragmentationMeasure(ABC):
@@ -120,58 +145,49 @@ class FragmentationMeasure(ABC):
         uses_gpu = workload.num_gpu > 0
         levels = np.unique(workload.gpu_milli[uses_gpu]) if uses_gpu.any() else np.ones(1, np.int64)
         self.levels: IntArray = levels
-        self._level: IntArray = np.where(uses_gpu, np.searchsorted(levels, workload.gpu_milli), 0)
+        level: IntArray = np.where(uses_gpu, np.searchsorted(levels, workload.gpu_milli), 0)
+        # Per shape, its level's column in a Summary, so a measure reads what it needs in one gather.
+        self._below_column: IntArray = 1 + level
+        self._fitting_column: IntArray = 1 + len(levels) + level
+        self._copies_column: IntArray = 1 + 2 * len(levels) + level
         self._uses_gpu: BoolArray = uses_gpu
         self._any_model = bool(workload.allowed.all())
-        # What one GPU with f free milli adds to each per-level count, for f in -1 (no GPU) .. 1000:
-        # a table lookup is several times faster than comparing and dividing per candidate.
-        free = np.arange(-1, MILLI + 1)[:, None]
-        self._below = np.where(free < levels, np.clip(free, 0, None), 0)
-        self._fitting = (free >= levels).astype(np.int64)
-        self._copies = np.clip(free, 0, None) // levels
+        self._per_gpu = _per_gpu_counts(tuple(levels.tolist()))
 
     def summarize(self, gpu_free: IntArray) -> Summary:
         """Summaries of node states given their free milli per GPU, shape ``(nodes, gpus)``."""
-        row = gpu_free + 1
-        return Summary(
-            idle=np.clip(gpu_free, 0, None).sum(axis=1),
-            below=self._below[row].sum(axis=1),
-            fitting=self._fitting[row].sum(axis=1),
-            copies=self._copies[row].sum(axis=1),
-        )
+        return Summary(self._per_gpu[gpu_free + 1].sum(axis=1))
 
-    def after(self, summary: Summary, candidates: Candidates) -> Summary:
-        """Summaries of the node states ``candidates`` would leave (``summary``: their nodes now)."""
-        times = candidates.gpus_changed
-        before, after = candidates.gpu_before + 1, candidates.gpu_after + 1
-        return Summary(
-            idle=summary.idle + times * (candidates.gpu_after - candidates.gpu_before),
-            below=summary.below + times * (self._below[after] - self._below[before]),
-            fitting=summary.fitting + times * (self._fitting[after] - self._fitting[before]),
-            copies=summary.copies + times * (self._copies[after] - self._copies[before]),
-        )
+    def change(self, candidates: Candidates) -> IntArray:
+        """How each of ``candidates`` would change its node's :class:`Summary` counts."""
+        change: IntArray = self._per_gpu[candidates.gpu_after + 1] - self._per_gpu[candidates.gpu_before + 1]
+        return candidates.gpus_changed * change
+
+    def amount(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> FloatArray:
+        """Expected fragmented GPU milli of each node state."""
+        return self._amount(summary, cpu_free, self._runnable(summary, cpu_free, model))
 
     def _runnable(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> BoolArray:
         """Per node state and shape: could one task of the shape run there?"""
         w = self.workload
         result: BoolArray = (
-            self._uses_gpu & (summary.fitting[:, self._level] >= w.num_gpu) & (cpu_free[:, None] >= w.cpu_milli)
+            self._uses_gpu & (summary.counts[:, self._fitting_column] >= w.num_gpu) & (cpu_free[:, None] >= w.cpu_milli)
         )
         if not self._any_model:
             result &= w.allowed[:, model].T
         return result
 
     @abstractmethod
-    def amount(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> FloatArray:
-        """Expected fragmented GPU milli of each node state."""
+    def _amount(self, summary: Summary, cpu_free: IntArray, runnable: BoolArray) -> FloatArray:
+        """:meth:`amount`, given which shapes could run on each node state (the same for every
+        measure of a workload, so :class:`TwoHorizonFragmentation` works it out once)."""
 
 
 class NextPodFragmentation(FragmentationMeasure):
     """FGD's measure: the free milli the next task, drawn from the target workload, could not use."""
 
-    def amount(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> FloatArray:
-        runnable = self._runnable(summary, cpu_free, model)
-        wasted = np.where(runnable, summary.below[:, self._level], summary.idle[:, None])
+    def _amount(self, summary: Summary, cpu_free: IntArray, runnable: BoolArray) -> FloatArray:
+        wasted = np.where(runnable, summary.counts[:, self._below_column], summary.idle[:, None])
         result: FloatArray = wasted @ self.workload.weight
         return result
 
@@ -187,12 +203,12 @@ class FillFragmentation(FragmentationMeasure):
         self._cpu_bound = workload.cpu_milli > 0
         self._usable_weight = workload.weight * workload.num_gpu * workload.gpu_milli
 
-    def amount(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> FloatArray:
+    def _amount(self, summary: Summary, cpu_free: IntArray, runnable: BoolArray) -> FloatArray:
         # Exact for integers below 2**53: true division is correctly rounded, and much faster
         # than numpy's integer floor division.
-        by_gpu = np.floor(summary.copies[:, self._level] / self._gpus_per_task)
+        by_gpu = np.floor(summary.counts[:, self._copies_column] / self._gpus_per_task)
         by_cpu = np.where(self._cpu_bound, np.floor(cpu_free[:, None] / self._cpu_per_task), by_gpu)
-        copies = np.where(self._runnable(summary, cpu_free, model), np.minimum(by_gpu, by_cpu), 0.0)
+        copies = np.where(runnable, np.minimum(by_gpu, by_cpu), 0.0)
         result: FloatArray = summary.idle - copies @ self._usable_weight
         return result
 
@@ -225,8 +241,8 @@ class TwoHorizonFragmentation(FragmentationMeasure):
         self.next_pod_weight = checked_weight(next_pod_weight)
         self._horizons = (NextPodFragmentation(workload), FillFragmentation(workload))
 
-    def amount(self, summary: Summary, cpu_free: IntArray, model: IntArray) -> FloatArray:
-        next_pod, fill = (measure.amount(summary, cpu_free, model) for measure in self._horizons)
+    def _amount(self, summary: Summary, cpu_free: IntArray, runnable: BoolArray) -> FloatArray:
+        next_pod, fill = (measure._amount(summary, cpu_free, runnable) for measure in self._horizons)
         result: FloatArray = self.next_pod_weight * next_pod + (1.0 - self.next_pod_weight) * fill
         return result
 
@@ -247,14 +263,20 @@ class FragmentationIndex:
         self.refresh()
 
     def refresh(self) -> None:
+        stale = self._resummarize()
+        if len(stale):
+            self.node[stale] = self.measure.amount(
+                self.summary.take(stale), self.state.cpu_free[stale], self.state.nodes.model[stale]
+            )
+
+    def _resummarize(self) -> IntArray:
+        """Summarize again the nodes that changed since the last look; returns them, whose
+        :attr:`node` is left for the caller to recompute."""
         stale = np.flatnonzero(self._seen != self.state.revision)
-        if not len(stale):
-            return
-        fresh = self.measure.summarize(self.state.gpu_free[stale])
-        for field in ("idle", "below", "fitting", "copies"):
-            getattr(self.summary, field)[stale] = getattr(fresh, field)
-        self.node[stale] = self.measure.amount(fresh, self.state.cpu_free[stale], self.state.nodes.model[stale])
-        self._seen[stale] = self.state.revision[stale]
+        if len(stale):
+            self.summary.counts[stale] = self.measure.summarize(self.state.gpu_free[stale]).counts
+            self._seen[stale] = self.state.revision[stale]
+        return stale
 
     @property
     def total(self) -> float:
@@ -263,9 +285,16 @@ class FragmentationIndex:
         return float(self.node.sum())
 
     def increase(self, candidates: Candidates) -> FloatArray:
-        """How much each candidate placement would add to its node's fragmentation."""
-        self.refresh()
-        after = self.measure.after(self.summary.take(candidates.node), candidates)
-        grown = self.measure.amount(after, candidates.cpu_free, self.state.nodes.model[candidates.node])
-        result: FloatArray = grown - self.node[candidates.node]
+        """How much each candidate placement would add to its node's fragmentation.
+
+        The nodes that changed since the last call (the last placement's, as a rule) are measured
+        again in the same call as the candidates: one pass of the measure per placement, not two."""
+        stale = self._resummarize()
+        nodes = np.concatenate((candidates.node, stale))
+        counts = self.summary.counts[nodes]
+        counts[: len(candidates)] += self.measure.change(candidates)
+        cpu_free = np.concatenate((candidates.cpu_free, self.state.cpu_free[stale]))
+        amounts = self.measure.amount(Summary(counts), cpu_free, self.state.nodes.model[nodes])
+        self.node[stale] = amounts[len(candidates) :]
+        result: FloatArray = amounts[: len(candidates)] - self.node[candidates.node]
         return result
