@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -212,9 +211,10 @@ def compare_all(
 
 def _verdict(differences: Sequence[NDArray[np.float64]]) -> Verdict:
     """The verdict of the per-draw differences (at capacity, at the end) of a challenger's score and the reference's."""
-    totals = [float(difference.sum()) for difference in differences]
-    error = statistics.stdev(totals) / math.sqrt(len(totals)) if len(totals) > 1 else 0.0
-    at_capacity, at_end = np.mean(differences, axis=0)
+    per_draw = np.asarray(differences)
+    totals = per_draw.sum(axis=1)
+    error = float(totals.std(ddof=1)) / math.sqrt(len(totals)) if len(totals) > 1 else 0.0
+    at_capacity, at_end = per_draw.mean(axis=0)
     return Verdict(Score(float(at_capacity), float(at_end)), error, len(totals))
 
 
