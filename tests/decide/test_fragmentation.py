@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from random import Random
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwise.decide.packing.cluster import MILLI, Nodes, Pods
+from gpuwise.decide.packing.cluster import MILLI, Nodes, PodRequest, Pods
 from gpuwise.decide.packing.fit import candidates, placement
 from gpuwise.decide.packing.fragmentation import (
     NEXT_POD_WEIGHT,
@@ -153,6 +155,65 @@ def test_candidate_growth_matches_recomputing_the_node(
                 workload, list(free), int(state.cpu_free[node]) - request.cpu_milli, int(nodes.model[node])
             )
             assert abs(growth[i] - (after - before)) < 1e-6
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), node_states(), st.sampled_from(sorted(REFERENCES, key=lambda c: c.__name__)), st.randoms())
+def test_a_node_state_measures_the_same_to_the_bit_alone_or_among_others(
+    workload: TargetWorkload,
+    states: tuple[np.ndarray, np.ndarray, np.ndarray],
+    kind: type[FragmentationMeasure],
+    shuffle: Random,
+) -> None:
+    """Growth is a difference of two amounts measured in different batches (the candidates, the
+    node now); if a row's amount hung on its batch, a placement that changes nothing would grow
+    by a rounding error, and FGD's integer score of 50 for no growth would be 49 or 50 by luck."""
+    free, cpu, model = states
+    measure = kind(workload)
+    rows = [*range(len(cpu))] * 3
+    shuffle.shuffle(rows)
+    together = measure.amount(measure.summarize(free[rows]), cpu[rows], model[rows])
+    alone = [measure.amount(measure.summarize(free[[row]]), cpu[[row]], model[[row]])[0] for row in rows]
+    assert together.tolist() == alone
+
+
+def test_a_placement_that_changes_no_gpu_grows_fragmentation_by_exactly_zero() -> None:
+    rng = np.random.default_rng(7)
+    shapes = 40
+    weight = rng.random(shapes)
+    workload = TargetWorkload(
+        cpu_milli=rng.integers(0, 8, shapes) * 1000,
+        num_gpu=rng.choice([1, 1, 1, 2, 4], shapes),
+        gpu_milli=rng.integers(1, 100, shapes) * 10,
+        allowed=np.ones((shapes, 1), dtype=np.bool_),
+        weight=weight / weight.sum(),
+    )
+    workload.gpu_milli[workload.num_gpu > 1] = MILLI
+    nodes = Nodes.build(
+        names=[f"n{i}" for i in range(30)],
+        cpu_milli=[96000] * 30,
+        memory_mib=[1 << 20] * 30,
+        gpus=[8] * 30,
+        models=["T4"] * 30,
+    )
+    state = ClusterState(nodes)
+    indexes = [FragmentationIndex(kind(workload), state) for kind in REFERENCES]
+    policy = RandomPolicy(PlacementContext.create(state, workload, rng))
+    nothing = PodRequest(cpu_milli=0, memory_mib=0, num_gpu=0, gpu_milli=0, allowed_models=np.ones(1, dtype=np.bool_))
+    for event in range(200):
+        shape = int(rng.integers(shapes))
+        request = PodRequest(
+            cpu_milli=int(workload.cpu_milli[shape]),
+            memory_mib=0,
+            num_gpu=int(workload.num_gpu[shape]),
+            gpu_milli=int(workload.gpu_milli[shape]),
+            allowed_models=np.ones(1, dtype=np.bool_),
+        )
+        where = policy(state, request, rng)
+        if where is not None:
+            state.bind(event, request, where)
+        for index in indexes:
+            assert not index.increase(candidates(state, nothing)).any()
 
 
 def test_target_workload_keeps_the_most_common_shapes_up_to_coverage() -> None:

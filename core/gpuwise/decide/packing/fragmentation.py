@@ -137,6 +137,16 @@ def _per_gpu_counts(levels: tuple[int, ...]) -> IntArray:
     return table
 
 
+def _weighted_sum(per_shape: IntArray | FloatArray, weight: FloatArray) -> FloatArray:
+    """Per row of ``per_shape``, its sum weighted by ``weight``; a row's result depends on the
+    row alone. Not ``per_shape @ weight``: BLAS rounds a row differently alone than among others,
+    and a growth is the difference of a node's amount now and after, measured in different
+    batches, so a placement that changes nothing would grow by a rounding error of either sign,
+    and FGD's integer score tell equal nodes apart by it."""
+    result: FloatArray = (per_shape * weight).sum(axis=1)
+    return result
+
+
 class FragmentationMeasure(ABC):
     """A fragmentation measure for one target workload, over arrays of node states."""
 
@@ -188,8 +198,7 @@ class NextPodFragmentation(FragmentationMeasure):
 
     def _amount(self, summary: Summary, cpu_free: IntArray, runnable: BoolArray) -> FloatArray:
         wasted = np.where(runnable, summary.counts[:, self._below_column], summary.idle[:, None])
-        result: FloatArray = wasted @ self.workload.weight
-        return result
+        return _weighted_sum(wasted, self.workload.weight)
 
 
 class FillFragmentation(FragmentationMeasure):
@@ -209,7 +218,7 @@ class FillFragmentation(FragmentationMeasure):
         by_gpu = np.floor(summary.counts[:, self._copies_column] / self._gpus_per_task)
         by_cpu = np.where(self._cpu_bound, np.floor(cpu_free[:, None] / self._cpu_per_task), by_gpu)
         copies = np.where(runnable, np.minimum(by_gpu, by_cpu), 0.0)
-        result: FloatArray = summary.idle - copies @ self._usable_weight
+        result: FloatArray = summary.idle - _weighted_sum(copies, self._usable_weight)
         return result
 
 
