@@ -6,12 +6,14 @@
     .venv/bin/python -m bench.packing --repack-bound [--trace default] [--seeds 3]
     .venv/bin/python -m bench.packing --mixes multigpu30,multigpu50 [--draw 0,1,2] [--seeds 10] [--jobs 2] [--cache F]
     .venv/bin/python -m bench.packing --generated-clusters 60 [--models 2,3] [--jobs 2]
+    .venv/bin/python -m bench.packing --rehearsal-nodes 1,10,50 [--trace default]
 
 The second form scores gpuwise's policy on traces its parameters were not chosen on
 (`bench/packing_holdout.py`); the third sets repacking's gain against a re-solve from scratch
 and counts the restarts each costs (`bench/repack_bound.py`); the fourth pairs the defaults with
 FGD on shared or generated mixes (`--draw 0,1,2`: one resampling or more), beside the two
-horizons alone, seeds from `--first-seed`.
+horizons alone, seeds from `--first-seed`; the last times gpuwise's rehearsal on small clusters
+of the trace's commonest node (`bench/packing_rehearsal.py`).
 
 Each seed replays the whole trace (8,152 pods resampled to 130 % of the 6,212 GPUs, about
 10,800 placements) in this process, one after another, so the figures are per seed on this
@@ -33,6 +35,7 @@ from pathlib import Path
 from bench import repack_bound
 from bench.packing_generated import generated_clusters
 from bench.packing_holdout import leave_one_out, mixes
+from bench.packing_rehearsal import rehearsal_speed
 from gpuwise.decide.packing.registry import POLICIES
 from gpuwise.simulate.cluster_trace import load_nodes, load_pods
 from gpuwise.simulate.experiment import run_policy
@@ -71,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache", type=Path, help="--leave-one-out and --mixes keep each seed's figures here and resume"
     )
+    parser.add_argument(
+        "--rehearsal-nodes", metavar="SIZES", help="time gpuwise's rehearsal on clusters of these many nodes (1,10,50)"
+    )
     args = parser.parse_args(argv)
     if args.leave_one_out:
         return leave_one_out(args.data, args.cache, args.jobs)
@@ -84,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     nodes = load_nodes(args.data / "openb_node_list_gpu_node.csv")
     pods = load_pods(args.data / f"openb_pod_list_{args.trace}.csv", nodes)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if args.rehearsal_nodes:
+        return rehearsal_speed(nodes, pods, [int(size) for size in args.rehearsal_nodes.split(",")])
     if args.repack_bound:
         repack_bound.report(nodes, pods, args.trace, seeds)
         return 0
