@@ -13,6 +13,7 @@ from bench.packing_holdout import (
     Results,
     choose,
     from_file,
+    goal_report,
     load_trace,
     never_seen,
 )
@@ -68,6 +69,17 @@ def test_a_trace_file_wins_over_the_stand_in_generated_for_its_name(tmp_path: Pa
     assert real.request(0).allowed_models.tolist() == [False, True], "the file's gpu_spec is kept"
     generated = load_trace(data, "gpushare60", 1)[1]
     assert len(generated) == 12 and set(generated.gpu_milli.tolist()) <= {500, 1000}
+
+
+def test_the_goal_is_told_apart_for_trace_files_and_generated_stand_ins(tmp_path: Path) -> None:
+    data = openb_dir(tmp_path, gpushare20=DEFAULT, gpuspec33=DEFAULT)
+    met = {"default": True, "gpushare20": True, "gpuspec33": False, "gpushare40": True, "multigpu30": False}
+    assert goal_report(met, data)[1:] == [
+        f"  traces read from {data}: 2 of 3, missed on gpuspec33",
+        "  traces generated: 1 of 2, missed on multigpu30",
+    ]
+    met["gpuspec33"] = True
+    assert goal_report(met, data)[1] == f"  traces read from {data}: 3 of 3, met"
 
 
 def test_every_other_trace_file_is_scored_as_never_seen(tmp_path: Path) -> None:
