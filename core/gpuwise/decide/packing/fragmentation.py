@@ -266,10 +266,9 @@ class FragmentationIndex:
     def __init__(self, measure: FragmentationMeasure, state: ClusterState) -> None:
         self.measure = measure
         self.state = state
-        self._seen = np.full(len(state.nodes), -1, dtype=np.int64)
+        self._seen = state.revision.copy()
         self.summary = measure.summarize(state.gpu_free)
-        self.node = np.zeros(len(state.nodes))
-        self.refresh()
+        self.node: FloatArray = measure.amount(self.summary, state.cpu_free, state.nodes.model)
 
     def refresh(self) -> None:
         stale = self._resummarize()
